@@ -1,0 +1,110 @@
+"""The builder protocol: how an agent turns into components.
+
+A builder knows an agent's recipe (its networks, replay tables, policy, learner) and
+nothing about processes: `launch/` decides where each component runs and hands the builder
+the addresses and clients it needs. The generic parts (adder, inference server, actor) have
+default implementations that an agent usually keeps, so a new agent writes four methods.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from typing import Any
+
+import reverb
+
+from seed_agents import core
+from seed_agents.actors import PolicyActor, VariableClient
+from seed_agents.inference.server import EpisodeStats, InferenceConfig, InferenceServer
+from seed_agents.replay import unrolls
+from seed_agents.specs import EnvironmentSpec
+from seed_agents.utils.counting import Counter
+from seed_agents.utils.loggers import Logger
+
+
+class AgentBuilder(abc.ABC):
+    """One method per component; `launch` calls them in this order:
+
+    make_networks -> make_policy -> make_replay_tables -> (Reverb server starts) ->
+    make_learner -> make_adder -> make_inference_server | make_actor
+    """
+
+    #: The Reverb table that unrolls go to and the learner samples from.
+    table: str = "unrolls"
+
+    @property
+    @abc.abstractmethod
+    def unroll_length(self) -> int:
+        """T: unrolls hold T+1 rows, the last shared with the next unroll."""
+
+    @abc.abstractmethod
+    def make_networks(self, env_spec: EnvironmentSpec) -> Any:
+        """The agent's trainable networks for this environment."""
+
+    @abc.abstractmethod
+    def make_policy(
+        self, networks: Any, env_spec: EnvironmentSpec, evaluation: bool = False,
+        seed: int | None = None,
+    ) -> core.Policy:
+        """A batched policy over `networks` (greedy when `evaluation`)."""
+
+    @abc.abstractmethod
+    def make_replay_tables(
+        self, env_spec: EnvironmentSpec, policy: core.Policy
+    ) -> list[reverb.Table]:
+        """The Reverb tables, with signatures from the spec and the policy's extras/state."""
+
+    @abc.abstractmethod
+    def make_learner(
+        self,
+        networks: Any,
+        replay_address: str,
+        counter: Counter | None = None,
+        logger: Logger | None = None,
+    ) -> core.Learner:
+        """A learner that samples from the replay at `replay_address` and trains `networks`."""
+
+    def make_adder(
+        self,
+        client: reverb.Client,
+        num_slots: int,
+        env_spec: EnvironmentSpec,
+        policy: core.Policy,
+        stop_event: threading.Event | None = None,
+    ) -> unrolls.UnrollAdder:
+        """Assembles unrolls for `num_slots` environments and writes them to `table`."""
+        writer = unrolls.UnrollWriter(client, self.table, stop_event=stop_event)
+        return unrolls.UnrollAdder(
+            writer,
+            num_slots=num_slots,
+            unroll_length=self.unroll_length,
+            row_spec=unrolls.row_spec(env_spec, policy.extras_spec),
+            state_spec=policy.state_spec,
+        )
+
+    def make_inference_server(
+        self,
+        policy: core.Policy,
+        env_spec: EnvironmentSpec,
+        adder: unrolls.UnrollAdder | None,
+        config: InferenceConfig | None = None,
+        counter: Counter | None = None,
+        stats: EpisodeStats | None = None,
+    ) -> InferenceServer:
+        """The central inference server: `policy` batched across runners."""
+        return InferenceServer(policy, env_spec, adder, config, counter=counter, stats=stats)
+
+    def make_actor(
+        self,
+        policy: core.Policy,
+        adder: unrolls.UnrollAdder | None = None,
+        variable_source: core.VariableSource | None = None,
+        variables: Any = None,
+        update_period: int = 100,
+    ) -> core.Actor:
+        """A local-inference actor; `variables` are its copy, refreshed from the source."""
+        client = None
+        if variable_source is not None:
+            client = VariableClient(variable_source, variables, update_period)
+        return PolicyActor(policy, adder, client)

@@ -1,0 +1,105 @@
+"""An experiment: what to train, on what, with how much acting, for how long."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Literal
+
+from builders.base import AgentBuilder
+from seed_agents.envs.registry import EnvironmentFactory
+from seed_agents.specs import EnvironmentSpec
+
+
+@dataclasses.dataclass
+class Experiment:
+    """Everything a backend needs to run an agent; the same object runs under any backend.
+
+    Attributes:
+      builder: the agent's recipe (e.g. `VTraceBuilder(VTraceConfig(...))`).
+      environment: an environment id (`"gym:CartPole-v1"`, `"fake:obs=4"`) or a factory
+        `seed -> dm_env.Environment` (it must pickle to run in other processes).
+      network_factory: `env_spec -> networks`, overriding the builder's default networks.
+      num_runners: environment runners (threads or processes, by backend).
+      envs_per_runner: environments each runner steps in lockstep (K).
+      max_env_steps: the step budget; the run stops when acting has taken this many steps.
+      seed: base seed; runner i's environments use seed + 1000 * i + j.
+      inference: "central" (SEED: runners ask the inference server) or "local" (each
+        runner thread is an actor with its own policy copy; one environment per runner).
+      target_return: stop early once the mean return of the last 100 episodes reaches it.
+      max_wall_s: stop after this many seconds of wall time, whatever the budget says.
+      logdir: where CSV logs go; None logs to the terminal only.
+      inference_max_wait_ms: longest a runner's request waits for others to join a batch.
+      log_every_s: seconds between progress lines.
+    """
+
+    builder: AgentBuilder
+    environment: str | EnvironmentFactory
+    network_factory: Callable[[EnvironmentSpec], Any] | None = None
+    num_runners: int = 4
+    envs_per_runner: int = 16
+    max_env_steps: int = 500_000
+    seed: int = 0
+    inference: Literal["central", "local"] = "central"
+    target_return: float | None = None
+    max_wall_s: float | None = None
+    logdir: str | None = None
+    inference_max_wait_ms: float = 2.0
+    log_every_s: float = 1.0
+
+    def __post_init__(self):
+        if self.num_runners < 1:
+            raise ValueError(f"num_runners must be >= 1, got {self.num_runners}.")
+        if self.envs_per_runner < 1:
+            raise ValueError(f"envs_per_runner must be >= 1, got {self.envs_per_runner}.")
+        if self.max_env_steps < 1:
+            raise ValueError(f"max_env_steps must be >= 1, got {self.max_env_steps}.")
+        if self.inference not in ("central", "local"):
+            raise ValueError(f"inference must be 'central' or 'local', got {self.inference!r}.")
+        if self.inference == "local" and self.envs_per_runner != 1:
+            raise ValueError(
+                "inference='local' runs one environment per actor (IMPALA style): "
+                f"set envs_per_runner=1, got {self.envs_per_runner}."
+            )
+        if self.max_wall_s is not None and self.max_wall_s <= 0:
+            raise ValueError(f"max_wall_s must be > 0, got {self.max_wall_s}.")
+
+    @property
+    def num_envs(self) -> int:
+        return self.num_runners * self.envs_per_runner
+
+    def runner_seed(self, runner: int) -> int:
+        return self.seed + 1000 * runner
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """What a finished run reports."""
+
+    env_steps: int
+    episodes: int
+    mean_return: float
+    wall_s: float
+    learner_steps: int
+    steps_per_s: float
+    logdir: str | None
+    solved_env_steps: int | None = None
+    solved_wall_s: float | None = None
+    stop_reason: str = ""
+
+    def summary(self) -> str:
+        lines = [
+            f"stopped: {self.stop_reason}",
+            f"episodes: {self.episodes:,}",
+            f"env steps: {self.env_steps:,} ({self.steps_per_s:,.0f}/s)",
+            f"learner steps: {self.learner_steps:,}",
+            f"mean return (last 100 episodes): {self.mean_return:.1f}",
+            f"wall time: {self.wall_s:.1f} s",
+        ]
+        if self.solved_env_steps is not None:
+            lines.append(
+                f"target return reached after {self.solved_env_steps:,} env steps, "
+                f"{self.solved_wall_s:.1f} s"
+            )
+        lines.append(f"logs: {self.logdir or '(terminal only)'}")
+        return "\n".join(lines)

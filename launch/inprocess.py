@@ -1,0 +1,227 @@
+"""The in-process backend: every component of an experiment as a thread of this process.
+
+This is the debugging backend (one process, one debugger) and the test default. The
+construction order matters and is the same in every backend:
+
+1. probe one environment for its spec; build networks, policy and replay tables;
+2. start the Reverb server, then the learner (its dataset needs the table signatures);
+3. start the inference server, then the runners that connect to it.
+
+Shutdown runs the other way round, driven by one `stop` event that every loop checks:
+runners stop first (the inference server no longer gets requests), then the learner (its
+dataset times out within a second), then Reverb.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import TextIO
+
+import numpy as np
+import reverb
+
+from launch.experiment import Experiment, RunResult
+from seed_agents.environment_loop import EnvironmentLoop
+from seed_agents.envs.registry import environment_factory
+from seed_agents.inference.batcher import BatcherClosedError
+from seed_agents.inference.runner import EnvRunner
+from seed_agents.inference.server import EpisodeStats, InferenceConfig
+from seed_agents.specs import make_environment_spec
+from seed_agents.utils.counting import Counter, RateTracker
+from seed_agents.utils.loggers import CSVLogger, Logger, NoOpLogger, make_default_logger
+from seed_agents.utils.tf_threads import configure_tf_threads
+
+_POLL_S = 0.05
+_JOIN_TIMEOUT_S = 30.0
+
+
+class _Threads:
+    """Named daemon threads whose first unexpected error stops everything."""
+
+    def __init__(self, stop: threading.Event):
+        self._stop = stop
+        self.threads: list[threading.Thread] = []
+        self.errors: list[tuple[str, BaseException, str]] = []
+
+    def start(self, name: str, target: Callable[[], None]) -> threading.Thread:
+        def guarded():
+            try:
+                target()
+            except BaseException as error:  # noqa: BLE001 - reported by the main thread
+                if not (self._stop.is_set() and isinstance(error, BatcherClosedError)):
+                    self.errors.append((name, error, traceback.format_exc()))
+                self._stop.set()
+
+        thread = threading.Thread(target=guarded, name=name, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+        return thread
+
+
+def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunResult:
+    """Runs `experiment` in this process until its budget, target or time limit."""
+    configure_tf_threads()
+    import tensorflow as tf
+
+    stream = stream or sys.stdout
+    tf.random.set_seed(experiment.seed)
+    np.random.seed(experiment.seed)
+    builder = experiment.builder
+    make_env = environment_factory(experiment.environment)
+    probe = make_env(experiment.seed)
+    spec = make_environment_spec(probe)
+    probe.close()
+    make_networks = experiment.network_factory or builder.make_networks
+    networks = make_networks(spec)
+    policy = builder.make_policy(networks, spec, seed=experiment.seed)
+    replay = reverb.Server(builder.make_replay_tables(spec, policy), port=None)
+    replay_address = f"localhost:{replay.port}"
+
+    stop = threading.Event()
+    threads = _Threads(stop)
+    counter = Counter()
+    stats = EpisodeStats()
+    if experiment.logdir:
+        os.makedirs(experiment.logdir, exist_ok=True)
+    learner_logger: Logger = (
+        CSVLogger(experiment.logdir, "learner") if experiment.logdir else NoOpLogger()
+    )
+    learner = builder.make_learner(networks, replay_address, counter, learner_logger)
+    threads.start("learner", functools.partial(learner.run, stop_event=stop))
+
+    client = replay.localhost_client()
+    inference = None
+    if experiment.inference == "central":
+        adder = builder.make_adder(client, experiment.num_envs, spec, policy, stop)
+        config = InferenceConfig(
+            max_envs=experiment.num_envs,
+            max_batch_size=experiment.num_envs,
+            max_wait_ms=experiment.inference_max_wait_ms,
+        )
+        inference = builder.make_inference_server(policy, spec, adder, config, counter, stats)
+        for i in range(experiment.num_runners):
+            runner = EnvRunner(make_env, experiment.envs_per_runner, experiment.runner_seed(i))
+            threads.start(f"runner-{i}", functools.partial(_serve_runner, runner, inference,
+                                                           f"runner-{i}", stop))
+    else:
+        for i in range(experiment.num_runners):
+            actor = _local_actor(builder, make_networks, spec, client, learner, stop, i,
+                                 experiment.seed)
+            env = make_env(experiment.runner_seed(i))
+            loop = EnvironmentLoop(env, actor, counter=Counter(), stop_event=stop)
+            threads.start(f"actor-{i}", functools.partial(_run_actor, loop, counter, stats,
+                                                          stop))
+
+    logger = make_default_logger(
+        "train", experiment.logdir, total=experiment.max_env_steps,
+        print_every_s=experiment.log_every_s, stream=stream,
+    )
+    try:
+        result = _monitor(experiment, counter, stats, stop, logger)
+    finally:
+        stop.set()
+        for thread in threads.threads:
+            if thread.name != "learner":
+                thread.join(_JOIN_TIMEOUT_S)
+        if inference is not None:
+            inference.close()
+        for thread in threads.threads:
+            thread.join(_JOIN_TIMEOUT_S)
+        replay.stop()
+        logger.close()
+        learner_logger.close()
+    if threads.errors:
+        name, error, trace = threads.errors[0]
+        raise RuntimeError(f"{name} failed: {error!r}\n{trace}") from error
+    return result
+
+
+def _serve_runner(runner: EnvRunner, inference, client_id: str, stop: threading.Event) -> None:
+    inference.connect(client_id, runner.num_envs)
+    try:
+        runner.run(functools.partial(inference.step, client_id), stop)
+    finally:
+        inference.disconnect(client_id)
+        runner.close()
+
+
+def _local_actor(builder, make_networks, spec, client, learner, stop, index, seed):
+    networks = make_networks(spec)
+    policy = builder.make_policy(networks, spec, seed=seed + 7919 * (index + 1))
+    adder = builder.make_adder(client, 1, spec, policy, stop)
+    actor = builder.make_actor(policy, adder, learner, networks.variables, update_period=100)
+    actor.update(wait=True)
+    return actor
+
+
+def _run_actor(loop: EnvironmentLoop, counter: Counter, stats: EpisodeStats,
+               stop: threading.Event) -> None:
+    while not stop.is_set():
+        result = loop.run_episode()
+        counter.increment(env_steps=int(result["episode_length"]))
+        if not stop.is_set():
+            stats.record(np.array([result["episode_return"]]),
+                         np.array([result["episode_length"]]))
+
+
+def _monitor(experiment: Experiment, counter: Counter, stats: EpisodeStats,
+             stop: threading.Event, logger: Logger) -> RunResult:
+    start = time.monotonic()
+    rate = RateTracker(window_s=5.0)
+    next_log = start
+    solved_steps = solved_wall = None
+    reason = "stopped"
+    while True:
+        stopped = stop.wait(_POLL_S)
+        now = time.monotonic()
+        env_steps = int(counter.get_counts().get("env_steps", 0))
+        summary = stats.summary()
+        steps_per_s = rate.update(env_steps, now)
+        if (solved_steps is None and experiment.target_return is not None
+                and summary["window_episodes"] >= 100
+                and summary["mean_return"] >= experiment.target_return):
+            solved_steps, solved_wall = env_steps, now - start
+        if stopped:
+            reason = "a component failed"
+        elif env_steps >= experiment.max_env_steps:
+            reason = f"step budget of {experiment.max_env_steps:,} env steps reached"
+        elif solved_steps is not None:
+            reason = f"target return {experiment.target_return} reached"
+        elif experiment.max_wall_s is not None and now - start >= experiment.max_wall_s:
+            reason = f"wall-time limit of {experiment.max_wall_s:g} s reached"
+        else:
+            reason = ""
+        if now >= next_log or reason:
+            counts = counter.get_counts()
+            logger.write({
+                "env_steps": env_steps,
+                "episodes": summary["episodes"],
+                "mean_return": summary["mean_return"],
+                "steps_per_s": steps_per_s,
+                "learner_steps": int(counts.get("learner_steps", 0)),
+                "wall_s": now - start,
+            })
+            next_log = now + experiment.log_every_s
+        if reason:
+            break
+    wall = time.monotonic() - start
+    counts = counter.get_counts()
+    summary = stats.summary()
+    return RunResult(
+        env_steps=env_steps,
+        episodes=summary["episodes"],
+        mean_return=summary["mean_return"],
+        wall_s=wall,
+        learner_steps=int(counts.get("learner_steps", 0)),
+        steps_per_s=env_steps / wall if wall > 0 else 0.0,
+        logdir=experiment.logdir,
+        solved_env_steps=solved_steps,
+        solved_wall_s=solved_wall,
+        stop_reason=reason,
+    )

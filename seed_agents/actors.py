@@ -1,0 +1,123 @@
+"""Local inference (Acme/IMPALA style): an actor holds its own copy of the policy.
+
+This is the baseline that central inference is measured against, and the simplest way to
+act in one process. The actor's policy reads a private copy of the network, refreshed
+from a `VariableSource` every `update_period` steps by a `VariableClient`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import dm_env
+import numpy as np
+import tree
+
+from seed_agents import core
+from seed_agents.replay import unrolls
+
+
+class VariableClient:
+    """Copies a source's variables into local ones every `update_period` calls."""
+
+    def __init__(
+        self,
+        source: core.VariableSource,
+        variables: Sequence[Any],
+        update_period: int = 1,
+        name: str = "policy",
+    ):
+        if update_period < 1:
+            raise ValueError(f"update_period must be >= 1, got {update_period}.")
+        self._source = source
+        self._variables = list(variables)
+        self._period = update_period
+        self._name = name
+        self._calls = 0
+
+    def update(self, wait: bool = False) -> None:
+        """Counts a call; pulls on every `update_period`-th one, or now when `wait`."""
+        self._calls += 1
+        if wait or self._calls % self._period == 0:
+            self.update_and_wait()
+
+    def update_and_wait(self) -> None:
+        (values,) = self._source.get_variables([self._name])
+        for variable, value in zip(self._variables, values, strict=True):
+            variable.assign(value)
+
+
+class PolicyActor(core.Actor):
+    """Acts in one environment with a batched `Policy` (batch of one).
+
+    Rows go to an `UnrollAdder` with a single slot, in the same layout the central
+    inference server writes, so the same learner consumes both.
+    """
+
+    def __init__(
+        self,
+        policy: core.Policy,
+        adder: unrolls.UnrollAdder | None = None,
+        variable_client: VariableClient | None = None,
+    ):
+        self._policy = policy
+        self._adder = adder
+        self._client = variable_client
+        self._state = policy.initial_state(1)
+        self._initial_state = policy.initial_state(1)
+        self._prev_action: np.ndarray | None = None
+        self._pending: dm_env.TimeStep | None = None
+        self._slot = np.zeros(1, np.int64)
+
+    def observe_first(self, timestep: dm_env.TimeStep) -> None:
+        self._state = self._initial_state
+        self._prev_action = None
+        self._pending = timestep
+
+    def select_action(self, observation: Any) -> np.ndarray:
+        if self._pending is None:
+            raise RuntimeError("Call observe_first before select_action.")
+        prev = self._prev_action
+        if prev is None:
+            prev = np.zeros((1,), np.int32)
+        state_in = self._state
+        action, extras, self._state = self._policy.step(
+            np.asarray(observation)[None], prev.astype(np.int32, copy=False), state_in
+        )
+        self._add(self._pending, prev, action, extras, state_in)
+        self._prev_action = action
+        return action[0]
+
+    def observe(self, action: np.ndarray, next_timestep: dm_env.TimeStep) -> None:
+        self._pending = next_timestep
+        if next_timestep.last():
+            # The LAST row is recorded with a dummy action: it is never executed, and the
+            # learner masks the step that follows it.
+            action = np.zeros((1,), np.int32)
+            extras = tree.map_structure(
+                lambda s: np.zeros((1, *s.shape), s.dtype), self._policy.extras_spec
+            )
+            self._add(next_timestep, self._prev_action, action, extras, self._state)
+
+    def _add(self, timestep, prev_action, action, extras, state_in) -> None:
+        if self._adder is None:
+            return
+        reward = 0.0 if timestep.reward is None else timestep.reward
+        discount = 1.0 if timestep.discount is None else timestep.discount
+        rows = {
+            unrolls.OBSERVATION: np.asarray(timestep.observation)[None],
+            unrolls.PREV_ACTION: np.asarray(prev_action).reshape(1),
+            unrolls.REWARD: np.array([reward], np.float32),
+            unrolls.DISCOUNT: np.array([discount], np.float32),
+            unrolls.STEP_TYPE: np.array([timestep.step_type], np.uint8),
+            unrolls.ACTION: np.asarray(action).reshape(1),
+            unrolls.EXTRAS: extras,
+        }
+        self._adder.add(self._slot, rows, state_in)
+
+    def update(self, wait: bool = False) -> None:
+        if self._client is not None:
+            self._client.update(wait)
+
+

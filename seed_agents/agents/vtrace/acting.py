@@ -1,0 +1,74 @@
+"""The V-trace behaviour policy: sample from the policy logits, remember the logits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tree
+from dm_env import specs
+
+from seed_agents.agents.vtrace.networks import PolicyValueNetwork
+from seed_agents.core import Policy
+from seed_agents.specs import EnvironmentSpec
+
+
+class VTracePolicy(Policy):
+    """Batched policy over a `PolicyValueNetwork`, as one `tf.function` call per batch.
+
+    It reads the network's variables directly: when the network is the learner's, every
+    batch acts with the newest parameters and nothing is copied (the SEED point). The
+    behaviour logits go into `extras`, for the learner's importance weights. `greedy`
+    takes the most likely action instead of sampling (evaluation).
+    """
+
+    def __init__(
+        self,
+        network: PolicyValueNetwork,
+        env_spec: EnvironmentSpec,
+        greedy: bool = False,
+        seed: int | None = None,
+    ):
+        self._network = network
+        self._greedy = greedy
+        self._rng = tf.random.Generator.from_seed(seed) if seed is not None else (
+            tf.random.Generator.from_non_deterministic_state()
+        )
+        self._action_dtype = np.dtype(env_spec.actions.dtype)
+        self.extras_spec = {"logits": specs.Array((network.num_actions,), np.float32)}
+        self.state_spec = network.state_spec
+        obs = env_spec.observations
+        signature = (
+            tf.TensorSpec((None, *obs.shape), tf.as_dtype(obs.dtype)),
+            tf.TensorSpec((None, *env_spec.actions.shape), tf.as_dtype(env_spec.actions.dtype)),
+            tree.map_structure(
+                lambda s: tf.TensorSpec((None, *s.shape), tf.as_dtype(s.dtype)), self.state_spec
+            ),
+        )
+        self._step = tf.function(self._tf_step, input_signature=signature)
+
+    def _tf_step(self, observation, prev_action, state):
+        (logits, _), next_state = self._network(observation, prev_action, state)
+        if self._greedy:
+            action = tf.argmax(logits, axis=-1)
+        else:
+            # Gumbel-max sampling with our own generator: seeded, and no op-level seed state.
+            uniform = self._rng.uniform(tf.shape(logits), minval=1e-20, maxval=1.0)
+            action = tf.argmax(logits - tf.math.log(-tf.math.log(uniform)), axis=-1)
+        return tf.cast(action, self._action_dtype), {"logits": logits}, next_state
+
+    def initial_state(self, batch_size: int) -> Any:
+        return tree.map_structure(
+            lambda s: np.zeros((batch_size, *s.shape), s.dtype), self.state_spec
+        )
+
+    def step(
+        self, observation: np.ndarray, prev_action: np.ndarray, state: Any
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], Any]:
+        action, extras, next_state = self._step(observation, prev_action, state)
+        return (
+            action.numpy(),
+            {"logits": extras["logits"].numpy()},
+            tree.map_structure(lambda t: t.numpy(), next_state),
+        )

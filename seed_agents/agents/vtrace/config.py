@@ -1,0 +1,72 @@
+"""V-trace (IMPALA) hyperparameters, checked when built."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class VTraceConfig:
+    """Everything the V-trace builder, learner and policy need to agree on.
+
+    Attributes:
+      learning_rate: Adam step size.
+      discount: gamma.
+      unroll_length: T; each unroll stores T+1 rows (one overlaps with the next unroll).
+      batch_size: unrolls per learner step.
+      entropy_cost, baseline_cost: weights of the entropy and value losses.
+      max_gradient_norm: global-norm gradient clipping; None disables it.
+      clip_rho_threshold, clip_pg_rho_threshold, clip_c_threshold: V-trace's truncation
+        levels (rho-bar for the targets, for the policy gradient, and c-bar).
+      reward_clip: rewards are clipped to [-reward_clip, reward_clip] by the learner (the
+        environment reports raw returns); None disables it.
+      queue_size: unrolls the FIFO replay holds. Writers block when it is full, so it
+        bounds the policy lag of the data; it must hold at least two batches so that one
+        batch can fill while the learner trains on the other.
+      hidden_sizes: MLP torso layers.
+      lstm_size: adds an LSTM core of that size when set (recurrent agent).
+      adam_epsilon: Adam's epsilon.
+      prefetch: batches the dataset prepares ahead of the learner.
+    """
+
+    learning_rate: float = 1e-3
+    discount: float = 0.99
+    unroll_length: int = 20
+    batch_size: int = 16
+    entropy_cost: float = 0.01
+    baseline_cost: float = 0.5
+    max_gradient_norm: float | None = 40.0
+    clip_rho_threshold: float = 1.0
+    clip_pg_rho_threshold: float = 1.0
+    clip_c_threshold: float = 1.0
+    reward_clip: float | None = None
+    queue_size: int = 64
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    lstm_size: int | None = None
+    adam_epsilon: float = 1e-7
+    prefetch: int = 1
+
+    def __post_init__(self):
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
+        if not 0.0 <= self.discount <= 1.0:
+            raise ValueError(f"discount must be in [0, 1], got {self.discount}.")
+        if self.unroll_length < 1:
+            raise ValueError(f"unroll_length must be >= 1, got {self.unroll_length}.")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}.")
+        if self.queue_size < 2 * self.batch_size:
+            raise ValueError(
+                f"queue_size ({self.queue_size}) must be >= 2 * batch_size "
+                f"({self.batch_size}): with less, acting stalls while the learner trains."
+            )
+        if self.max_gradient_norm is not None and self.max_gradient_norm <= 0:
+            raise ValueError(f"max_gradient_norm must be > 0, got {self.max_gradient_norm}.")
+        if self.reward_clip is not None and self.reward_clip <= 0:
+            raise ValueError(f"reward_clip must be > 0, got {self.reward_clip}.")
+        if self.entropy_cost < 0 or self.baseline_cost < 0:
+            raise ValueError("entropy_cost and baseline_cost must be >= 0.")
+        if not self.hidden_sizes or any(h < 1 for h in self.hidden_sizes):
+            raise ValueError(f"hidden_sizes must be positive, got {self.hidden_sizes}.")
+        if self.lstm_size is not None and self.lstm_size < 1:
+            raise ValueError(f"lstm_size must be >= 1, got {self.lstm_size}.")

@@ -1,0 +1,167 @@
+"""The V-trace learner: unrolls from the replay queue in, updated variables out."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tree
+
+from seed_agents import core
+from seed_agents.agents.vtrace import losses
+from seed_agents.agents.vtrace.config import VTraceConfig
+from seed_agents.agents.vtrace.networks import PolicyValueNetwork
+from seed_agents.agents.vtrace.vtrace import vtrace_returns
+from seed_agents.replay import unrolls
+from seed_agents.utils.counting import Counter
+from seed_agents.utils.loggers import Logger, NoOpLogger
+
+_FIRST, _LAST = 0, 2
+
+
+def _time_major(x: tf.Tensor) -> tf.Tensor:
+    perm = [1, 0, *range(2, x.shape.rank)]
+    return tf.transpose(x, perm)
+
+
+class VTraceLearner(core.Learner):
+    """IMPALA's learner: V-trace targets, policy-gradient + baseline + entropy losses.
+
+    The network it trains is the very object the inference policy reads, so an update is
+    visible to acting at the next batch. `step` returns an empty dict when no batch came
+    within the dataset's timeout (see `make_dataset`): a caller's loop then gets to check
+    its stop event instead of blocking forever.
+    """
+
+    def __init__(
+        self,
+        network: PolicyValueNetwork,
+        dataset: tf.data.Dataset,
+        config: VTraceConfig,
+        counter: Counter | None = None,
+        logger: Logger | None = None,
+    ):
+        self._network = network
+        self._dataset = dataset
+        self._iterator = iter(dataset)
+        self._config = config
+        self._counter = counter or Counter()
+        self._logger = logger or NoOpLogger()
+        self._optimizer = tf.keras.optimizers.Adam(
+            config.learning_rate, epsilon=config.adam_epsilon
+        )
+        self._samples_per_step = config.batch_size * config.unroll_length
+        self._train = tf.function(self._train_step)
+        self._num_steps = 0
+        self._last_log = time.monotonic()
+
+    @property
+    def network(self) -> PolicyValueNetwork:
+        return self._network
+
+    def _loss(self, data: dict[str, Any]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        c = self._config
+        rows = {
+            k: tree.map_structure(_time_major, v)
+            for k, v in data.items()
+            if k != unrolls.START_STATE
+        }
+        step_type = tf.cast(rows[unrolls.STEP_TYPE], tf.int32)
+        state = data.get(unrolls.START_STATE, ())
+        logits, values = self._network.unroll(
+            rows[unrolls.OBSERVATION], rows[unrolls.PREV_ACTION], step_type == _FIRST, state
+        )
+        # Row t holds the action at t; the reward and discount of t -> t+1 are in row t+1.
+        actions = tf.cast(rows[unrolls.ACTION][:-1], tf.int32)
+        rewards = rows[unrolls.REWARD][1:]
+        if c.reward_clip is not None:
+            rewards = tf.clip_by_value(rewards, -c.reward_clip, c.reward_clip)
+        discounts = c.discount * rows[unrolls.DISCOUNT][1:]
+        mask = tf.cast(step_type[:-1] != _LAST, tf.float32)
+        target_logits = logits[:-1]
+        behaviour_logits = rows[unrolls.EXTRAS]["logits"][:-1]
+        log_rhos = _log_prob(target_logits, actions) - _log_prob(behaviour_logits, actions)
+        returns = vtrace_returns(
+            log_rhos,
+            discounts,
+            rewards,
+            values[:-1],
+            values[-1],
+            mask=mask,
+            clip_rho_threshold=c.clip_rho_threshold,
+            clip_pg_rho_threshold=c.clip_pg_rho_threshold,
+            clip_c_threshold=c.clip_c_threshold,
+        )
+        pg_loss = losses.policy_gradient_loss(target_logits, actions, returns.pg_advantages, mask)
+        baseline_loss = losses.baseline_loss(returns.vs, values[:-1], mask)
+        entropy_loss = losses.entropy_loss(target_logits, mask)
+        loss = pg_loss + c.baseline_cost * baseline_loss + c.entropy_cost * entropy_loss
+        metrics = {
+            "loss": loss,
+            "pg_loss": pg_loss,
+            "baseline_loss": baseline_loss,
+            "entropy": -entropy_loss,
+            "mean_rho": losses.masked_mean(tf.exp(log_rhos), mask),
+        }
+        return loss, metrics
+
+    def _train_step(self, data: dict[str, Any]) -> dict[str, tf.Tensor]:
+        with tf.GradientTape() as tape:
+            loss, metrics = self._loss(data)
+        variables = self._network.trainable_variables
+        gradients = tape.gradient(loss, variables)
+        norm = tf.linalg.global_norm(gradients)
+        if self._config.max_gradient_norm is not None:
+            gradients, _ = tf.clip_by_global_norm(
+                gradients, self._config.max_gradient_norm, use_norm=norm
+            )
+        self._optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        metrics["gradient_norm"] = norm
+        return metrics
+
+    def step(self) -> dict[str, float]:
+        try:
+            sample = next(self._iterator)
+        except (StopIteration, tf.errors.OutOfRangeError, tf.errors.DeadlineExceededError):
+            self._iterator = iter(self._dataset)
+            return {}
+        metrics = {k: float(v) for k, v in self._train(sample.data).items()}
+        self._num_steps += 1
+        counts = self._counter.increment(
+            learner_steps=1, learner_samples=self._samples_per_step
+        )
+        self._logger.write({**counts, **metrics})
+        return metrics
+
+    def get_variables(self, names=("policy",)) -> list[list[np.ndarray]]:
+        return [[v.numpy() for v in self._network.variables] for _ in names]
+
+    def save(self) -> dict[str, Any]:
+        return {
+            "num_steps": self._num_steps,
+            "network": [v.numpy() for v in self._network.variables],
+            "optimizer": [v.numpy() for v in self._optimizer.variables],
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        for variable, value in zip(self._network.variables, state["network"], strict=True):
+            variable.assign(value)
+        if state["optimizer"]:
+            if not self._optimizer.variables:
+                self._optimizer.build(self._network.trainable_variables)
+            for variable, value in zip(self._optimizer.variables, state["optimizer"],
+                                       strict=True):
+                variable.assign(value)
+        self._num_steps = int(state["num_steps"])
+
+    @property
+    def num_steps(self) -> int:
+        return self._num_steps
+
+
+def _log_prob(logits: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
+    return -tf.nn.sparse_softmax_cross_entropy_with_logits(labels=actions, logits=logits)
+
+

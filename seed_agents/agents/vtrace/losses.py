@@ -1,0 +1,74 @@
+"""IMPALA loss terms over time-major [T, B] unrolls, each reduced to a scalar.
+
+Every term is a *masked mean*: rows whose transition does not exist (mask 0, see
+`vtrace.py`) contribute nothing, and the average is over valid rows only so the loss
+scale does not depend on how many episode boundaries an unroll happened to contain.
+Targets and advantages are stop-gradiented here as well as in `vtrace_returns`, so the
+losses stay correct whatever produced them.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def masked_mean(x: tf.Tensor, mask: tf.Tensor | None = None) -> tf.Tensor:
+    """sum(mask * x) / max(sum(mask), 1); the plain mean when mask is None.
+
+    The denominator is floored at 1 so an all-masked batch yields 0 instead of NaN,
+    which would otherwise poison the optimizer state.
+    """
+    x = tf.convert_to_tensor(x)
+    if mask is None:
+        return tf.reduce_mean(x)
+    mask = tf.cast(mask, x.dtype)
+    if not mask.shape.is_compatible_with(x.shape):
+        raise ValueError(f"mask has shape {mask.shape}, incompatible with x {x.shape}.")
+    return tf.reduce_sum(mask * x) / tf.maximum(tf.reduce_sum(mask), tf.ones([], x.dtype))
+
+
+def policy_gradient_loss(
+    logits: tf.Tensor,
+    actions: tf.Tensor,
+    advantages: tf.Tensor,
+    mask: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """-masked_mean(log pi(a_t|x_t) * advantages_t).
+
+    Args:
+      logits: [T, B, A] unnormalized action log-probabilities of the learner policy.
+      actions: [T, B] integer actions that were taken.
+      advantages: [T, B] e.g. `VTraceReturns.pg_advantages`; treated as constants.
+      mask: optional [T, B], 1.0 valid / 0.0 invalid.
+    """
+    logits = tf.convert_to_tensor(logits)
+    if logits.shape.rank is not None and logits.shape.rank != 3:
+        raise ValueError(f"logits must be [T, B, A], got shape {logits.shape}.")
+    # Cross-entropy against the taken action is exactly -log_softmax(logits)[a], computed
+    # stably without materializing the full log-softmax.
+    neg_log_probs = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(actions, tf.int32), logits=logits
+    )
+    advantages = tf.stop_gradient(tf.cast(advantages, neg_log_probs.dtype))
+    return masked_mean(neg_log_probs * advantages, mask)
+
+
+def baseline_loss(
+    targets: tf.Tensor, values: tf.Tensor, mask: tf.Tensor | None = None
+) -> tf.Tensor:
+    """0.5 * masked_mean((targets - values)^2); targets (e.g. V-trace vs) are constants."""
+    values = tf.convert_to_tensor(values)
+    targets = tf.stop_gradient(tf.cast(targets, values.dtype))
+    return 0.5 * masked_mean(tf.square(targets - values), mask)
+
+
+def entropy_loss(logits: tf.Tensor, mask: tf.Tensor | None = None) -> tf.Tensor:
+    """masked_mean(-entropy(softmax(logits))): minimizing it *raises* policy entropy.
+
+    The sign is chosen so that every term is a loss to minimize and the caller only
+    picks a positive weight. For uniform logits over A actions it equals -log(A).
+    """
+    logits = tf.convert_to_tensor(logits)
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    neg_entropy = tf.reduce_sum(tf.exp(log_probs) * log_probs, axis=-1)
+    return masked_mean(neg_entropy, mask)

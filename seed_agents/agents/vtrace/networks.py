@@ -1,0 +1,115 @@
+"""Policy-value networks for V-trace: an MLP torso, an optional LSTM core, two heads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from dm_env import specs
+
+
+class PolicyValueNetwork(tf.Module):
+    """obs -> (policy logits, state value), step by step or over a whole unroll.
+
+    With `lstm_size`, an LSTM core sits between torso and heads and its input also gets the
+    previous action (one-hot), as in IMPALA: memory then knows what the agent did. The
+    feed-forward network ignores `prev_action` and its state is the empty tuple.
+
+    Variables are created at construction (one call on zeros): the learner and the policy
+    trace their `tf.function`s on different threads, and neither may be the one to create
+    variables.
+    """
+
+    def __init__(
+        self,
+        num_actions: int,
+        observation_shape: Sequence[int],
+        hidden_sizes: Sequence[int] = (64, 64),
+        lstm_size: int | None = None,
+        name: str = "policy_value",
+    ):
+        super().__init__(name=name)
+        self.num_actions = num_actions
+        self.lstm_size = lstm_size
+        with self.name_scope:
+            self._torso = [
+                tf.keras.layers.Dense(size, activation="relu", name=f"torso_{i}")
+                for i, size in enumerate(hidden_sizes)
+            ]
+            self._core = tf.keras.layers.LSTMCell(lstm_size, name="core") if lstm_size else None
+            self._policy_head = tf.keras.layers.Dense(num_actions, name="policy")
+            self._value_head = tf.keras.layers.Dense(1, name="value")
+        self._features = int(np.prod(observation_shape))
+        self(
+            tf.zeros([1, *observation_shape]),
+            tf.zeros([1], tf.int32),
+            self.initial_state(1),
+        )
+
+    @property
+    def state_spec(self) -> Any:
+        if self._core is None:
+            return ()
+        return (specs.Array((self.lstm_size,), np.float32),) * 2
+
+    def initial_state(self, batch_size: int) -> Any:
+        if self._core is None:
+            return ()
+        zeros = tf.zeros([batch_size, self.lstm_size], tf.float32)
+        return (zeros, zeros)
+
+    def _embed(self, observation: tf.Tensor) -> tf.Tensor:
+        x = tf.cast(observation, tf.float32)
+        x = tf.reshape(x, [-1, self._features])
+        for layer in self._torso:
+            x = layer(x)
+        return x
+
+    def _core_input(self, embedding: tf.Tensor, prev_action: tf.Tensor) -> tf.Tensor:
+        one_hot = tf.one_hot(tf.cast(prev_action, tf.int32), self.num_actions)
+        return tf.concat([embedding, one_hot], axis=-1)
+
+    def _heads(self, x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return self._policy_head(x), tf.squeeze(self._value_head(x), -1)
+
+    def __call__(
+        self, observation: tf.Tensor, prev_action: tf.Tensor, state: Any
+    ) -> tuple[tuple[tf.Tensor, tf.Tensor], Any]:
+        """One step for a batch: ((logits [B, A], value [B]), next state)."""
+        x = self._embed(observation)
+        if self._core is not None:
+            x, state = self._core(self._core_input(x, prev_action), list(state))
+            state = tuple(state)
+        return self._heads(x), state
+
+    def unroll(
+        self, observation: tf.Tensor, prev_action: tf.Tensor, first: tf.Tensor, state: Any
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """A whole time-major unroll [T, B, ...] -> (logits [T, B, A], values [T, B]).
+
+        The recurrent state is reset to the initial state wherever `first` is true, exactly
+        as the server does when it acts, so learner and actor see the same computation.
+        """
+        t, b = tf.shape(observation)[0], tf.shape(observation)[1]
+        merged = tf.reshape(observation, tf.concat([[t * b], tf.shape(observation)[2:]], 0))
+        x = self._embed(merged)
+        x = tf.reshape(x, [t, b, x.shape[-1]])
+        if self._core is not None:
+            inputs = self._core_input(x, prev_action)
+            initial = self.initial_state(b)
+
+            def core_step(carry, step_input):
+                _, hidden = carry
+                x_t, first_t = step_input
+                hidden = tuple(
+                    tf.where(first_t[:, None], init, h)
+                    for init, h in zip(initial, hidden, strict=True)
+                )
+                out, hidden = self._core(x_t, list(hidden))
+                return out, tuple(hidden)
+
+            zero_out = tf.zeros([b, self.lstm_size], tf.float32)
+            x, _ = tf.scan(core_step, (inputs, first), initializer=(zero_out, tuple(state)))
+        return self._heads(x)

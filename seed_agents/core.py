@@ -1,0 +1,117 @@
+"""The whole conceptual API: five small interfaces.
+
+An actor's call order within an episode is::
+
+    observe_first(timestep) -> [select_action(obs) -> observe(action, next_timestep)]* -> update()
+
+A `Policy` is the batched, stateful function that both a local actor and the central
+inference server call. A learner is a `VariableSource` (others read its weights), a
+`Worker` (it runs) and a `Saveable` (it checkpoints). Nothing here imports a deep-learning
+framework.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import dm_env
+import numpy as np
+
+
+class Actor(abc.ABC):
+    """Interacts with an environment: picks actions and records what it saw."""
+
+    @abc.abstractmethod
+    def select_action(self, observation: Any) -> np.ndarray:
+        """Returns an action for `observation`."""
+
+    @abc.abstractmethod
+    def observe_first(self, timestep: dm_env.TimeStep) -> None:
+        """Records the FIRST timestep of an episode."""
+
+    @abc.abstractmethod
+    def observe(self, action: np.ndarray, next_timestep: dm_env.TimeStep) -> None:
+        """Records the action taken and the timestep it led to."""
+
+    @abc.abstractmethod
+    def update(self, wait: bool = False) -> None:
+        """Refreshes the actor's parameters from its variable source, if it has one."""
+
+
+class Policy(abc.ABC):
+    """Maps a batch of observations to actions, carrying per-environment state.
+
+    Everything is numpy with a leading batch axis. `prev_action` is the action each
+    environment took before this observation (0 at the FIRST step of an episode); the
+    caller keeps it, as it keeps `state`, and resets both at FIRST steps. `extras` are
+    stored beside the action in the unroll (e.g. the behaviour logits V-trace needs).
+    """
+
+    extras_spec: dict[str, Any]
+    state_spec: Any
+
+    @abc.abstractmethod
+    def initial_state(self, batch_size: int) -> Any:
+        """The state of `batch_size` environments at the start of an episode."""
+
+    @abc.abstractmethod
+    def step(
+        self, observation: np.ndarray, prev_action: np.ndarray, state: Any
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], Any]:
+        """Returns (action, extras, next_state) for a batch."""
+
+
+class VariableSource(abc.ABC):
+    """Something that holds named variables other components read."""
+
+    @abc.abstractmethod
+    def get_variables(self, names: Sequence[str]) -> list[Any]:
+        """Returns the current values of the named variable collections, in order."""
+
+
+class Worker(abc.ABC):
+    """A component with a run loop."""
+
+    @abc.abstractmethod
+    def run(self) -> None:
+        """Runs until stopped."""
+
+
+class Saveable(abc.ABC):
+    """A component whose state can be saved and restored."""
+
+    @abc.abstractmethod
+    def save(self) -> Any:
+        """Returns the state to save."""
+
+    @abc.abstractmethod
+    def restore(self, state: Any) -> None:
+        """Restores a state returned by `save`."""
+
+
+class Learner(VariableSource, Worker, Saveable):
+    """Updates parameters from experience.
+
+    `run` calls `step` until `stop_event` is set or `num_steps` steps are done; a caller
+    that wants to stop a learner from another thread sets the event (no signals).
+    """
+
+    @abc.abstractmethod
+    def step(self) -> dict[str, float]:
+        """Performs one update and returns its metrics."""
+
+    def run(self, num_steps: int | None = None, stop_event: threading.Event | None = None) -> None:
+        stop_event = stop_event or threading.Event()
+        done = 0
+        while not stop_event.is_set() and (num_steps is None or done < num_steps):
+            self.step()
+            done += 1
+
+    def save(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not support checkpointing yet.")
+
+    def restore(self, state: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not support checkpointing yet.")

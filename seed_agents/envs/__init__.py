@@ -1,0 +1,23 @@
+"""Environments as `dm_env.Environment`s, and string ids that name them.
+
+Everything here is framework-free: environments run in actor processes that never load
+a deep-learning library.
+"""
+
+from seed_agents.envs.fake import FakeEnvironment
+from seed_agents.envs.gym_adapter import GymToDmEnv
+from seed_agents.envs.registry import (
+    EnvironmentFactory,
+    environment_factory,
+    make_environment,
+    register,
+)
+
+__all__ = [
+    "EnvironmentFactory",
+    "FakeEnvironment",
+    "GymToDmEnv",
+    "environment_factory",
+    "make_environment",
+    "register",
+]

@@ -1,0 +1,218 @@
+"""String ids for environments, and factories that build them in any process.
+
+An id is `<prefix>:<rest>`; the prefix picks a registered builder and the rest is that
+builder's business. Built in are `gym:<gymnasium id>` and `fake[:key=value,...]`; other
+prefixes (e.g. `atari:`) are added with `register`.
+
+Ids exist because actors run in other processes: a string (wrapped in a small frozen
+dataclass) pickles anywhere, while an environment object usually does not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import dm_env
+import gymnasium
+
+from seed_agents.envs.fake import FakeEnvironment, validate_fake_arguments
+from seed_agents.envs.gym_adapter import GymToDmEnv
+
+EnvironmentFactory = Callable[[int], dm_env.Environment]
+"""Builds an environment from a seed; each actor calls it with its own seed."""
+
+PrefixFactory = Callable[[str, int | None], dm_env.Environment]
+"""Builds an environment from the part of an id after `prefix:`, and a seed."""
+
+PrefixValidator = Callable[[str], None]
+"""Raises `ValueError` if the part of an id after `prefix:` cannot be built."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Builder:
+    factory: PrefixFactory
+    validate: PrefixValidator | None
+
+
+_BUILDERS: dict[str, _Builder] = {}
+
+
+def register(
+    prefix: str,
+    factory: PrefixFactory,
+    *,
+    overwrite: bool = False,
+    validate: PrefixValidator | None = None,
+) -> None:
+    """Makes ids `<prefix>:<rest>` build environments with `factory(rest, seed)`.
+
+    Registration is per process. A factory made from an id is rebuilt in another process
+    by re-reading the id there, so a custom prefix must also be registered in that process
+    (registering at import time of the module that defines it does this).
+
+    Args:
+      prefix: The prefix, with or without its trailing colon (`"myenv"` or `"myenv:"`).
+      factory: Called with the rest of the id and the seed (possibly None).
+      overwrite: Replace an existing registration instead of raising.
+      validate: Optional check of the rest of an id, run when a factory is made from the
+        id, so that a typo fails in the launching process rather than in every actor.
+
+    Raises:
+      ValueError: If the prefix is empty, contains a colon, or is taken and not `overwrite`.
+    """
+    name = prefix[:-1] if prefix.endswith(":") else prefix
+    if not name or ":" in name:
+        raise ValueError(f"An environment prefix must be non-empty with no ':', got {prefix!r}.")
+    if name in _BUILDERS and not overwrite:
+        raise ValueError(
+            f"Environment prefix {name!r} is already registered; pass overwrite=True to replace it."
+        )
+    _BUILDERS[name] = _Builder(factory=factory, validate=validate)
+
+
+def _lookup(env_id: str) -> tuple[_Builder, str]:
+    if not isinstance(env_id, str):
+        raise TypeError(f"An environment id must be a str, got {env_id!r}.")
+    prefix, _, rest = env_id.partition(":")
+    builder = _BUILDERS.get(prefix)
+    if builder is None:
+        hint = f" Did you mean 'gym:{env_id}'?" if env_id in gymnasium.registry else ""
+        raise ValueError(
+            f"Unknown environment prefix {prefix!r} in id {env_id!r}; "
+            f"known prefixes: {', '.join(sorted(_BUILDERS))}.{hint}"
+        )
+    return builder, rest
+
+
+def make_environment(env_id: str, seed: int | None = None) -> dm_env.Environment:
+    """Builds the environment named by `env_id`, e.g. `"gym:CartPole-v1"` or `"fake:len=10"`."""
+    builder, rest = _lookup(env_id)
+    return builder.factory(rest, seed)
+
+
+def validate_environment_id(env_id: str) -> None:
+    """Raises `ValueError` unless `env_id` names a known prefix whose options parse."""
+    builder, rest = _lookup(env_id)
+    if builder.validate is not None:
+        builder.validate(rest)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvironmentIdFactory:
+    """A picklable `EnvironmentFactory` for an environment id.
+
+    Only the id string is stored, so pickling never touches an environment; the id is
+    checked on construction in the creating process and resolved again on each call.
+    """
+
+    env_id: str
+
+    def __post_init__(self) -> None:
+        validate_environment_id(self.env_id)
+
+    def __call__(self, seed: int) -> dm_env.Environment:
+        return make_environment(self.env_id, seed)
+
+
+def environment_factory(env: str | EnvironmentFactory) -> EnvironmentFactory:
+    """Turns an id into a picklable factory; passes a callable through unchanged.
+
+    A callable is how any user `dm_env.Environment` plugs in: `lambda seed: MyEnv(seed)`.
+    It must itself pickle if it is to reach other processes (a module-level function or
+    `functools.partial` does; a lambda does not).
+
+    Raises:
+      ValueError: If `env` is an id that does not parse.
+      TypeError: If `env` is neither a string nor callable.
+    """
+    if isinstance(env, str):
+        return EnvironmentIdFactory(env)
+    if callable(env):
+        return env
+    raise TypeError(f"Expected an environment id or a callable taking a seed, got {env!r}.")
+
+
+# --- gym: -------------------------------------------------------------------------------
+
+
+def _validate_gym(gym_id: str) -> None:
+    if not gym_id:
+        raise ValueError("The 'gym:' prefix needs a gymnasium id, e.g. 'gym:CartPole-v1'.")
+    if ":" in gym_id:
+        # `module:EnvName` ids register themselves when gymnasium imports the module at
+        # `make` time, so they cannot be checked before then.
+        return
+    try:
+        gymnasium.spec(gym_id)
+    except gymnasium.error.Error as e:
+        raise ValueError(f"Bad environment id 'gym:{gym_id}': {e}") from None
+
+
+def _make_gym(gym_id: str, seed: int | None) -> dm_env.Environment:
+    _validate_gym(gym_id)
+    # gymnasium's own wrappers (TimeLimit included) stay on: CartPole-v1 truncates at 500.
+    return GymToDmEnv(gymnasium.make(gym_id), seed=seed)
+
+
+# --- fake: ------------------------------------------------------------------------------
+
+
+def _parse_shape(value: str) -> tuple[int, ...]:
+    return tuple(int(d) for d in value.split("x"))
+
+
+def _parse_bool(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("1", "true"):
+        return True
+    if lowered in ("0", "false"):
+        return False
+    raise ValueError("expected one of 0, 1, true, false")
+
+
+# id key -> (FakeEnvironment argument, parser of the value string)
+_FAKE_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "obs": ("observation_shape", _parse_shape),
+    "dtype": ("observation_dtype", str),
+    "actions": ("num_actions", int),
+    "len": ("episode_length", int),
+    "cost_us": ("step_cost_us", float),
+    "terminate": ("terminate", _parse_bool),
+}
+_FAKE_USAGE = (
+    f"valid keys: {', '.join(_FAKE_OPTIONS)} "
+    "(e.g. 'fake:obs=84x84x4,dtype=uint8,actions=6,len=1000,cost_us=50,terminate=1')"
+)
+
+
+def _parse_fake(options: str) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    # An empty item (as in a trailing comma) is tolerated; everything else must parse.
+    for part in filter(None, (p.strip() for p in options.split(","))):
+        key, sep, value = (s.strip() for s in part.partition("="))
+        if not sep or key not in _FAKE_OPTIONS:
+            raise ValueError(f"Bad option {part!r} in 'fake:{options}'; {_FAKE_USAGE}.")
+        name, parse = _FAKE_OPTIONS[key]
+        if name in kwargs:
+            raise ValueError(f"Option {key!r} given twice in 'fake:{options}'.")
+        try:
+            kwargs[name] = validate_fake_arguments(**{name: parse(value)})[name]
+        except ValueError as e:
+            raise ValueError(
+                f"Bad value in option {part!r} of 'fake:{options}': {e}; {_FAKE_USAGE}."
+            ) from None
+    return kwargs
+
+
+def _validate_fake(options: str) -> None:
+    _parse_fake(options)
+
+
+def _make_fake(options: str, seed: int | None) -> dm_env.Environment:
+    return FakeEnvironment(seed=seed, **_parse_fake(options))
+
+
+register("gym", _make_gym, validate=_validate_gym)
+register("fake", _make_fake, validate=_validate_fake)

@@ -1,0 +1,289 @@
+"""The central inference server: one policy, many environments, batched.
+
+Environment runners hand in the step results of their environments; the server batches
+them across runners (`DynamicBatcher`), runs the policy once per batch on the learner's
+own variables, and answers with actions. It keeps, per environment: the policy's recurrent
+state, the previous action, the running episode return, and the unroll being assembled,
+which goes to Reverb when full. Transports (in-process calls now, gRPC streams later) only
+call `connect`, `step` and `disconnect`; they never see the policy or the replay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import uuid
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+import tree
+
+from seed_agents.core import Policy
+from seed_agents.inference.batcher import DynamicBatcher
+from seed_agents.inference.protocol import FIRST, LAST, StepBatch
+from seed_agents.replay import unrolls
+from seed_agents.specs import EnvironmentSpec
+from seed_agents.utils.counting import Counter
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceConfig:
+    """How the server batches and how many environments it can hold.
+
+    Attributes:
+      max_envs: environment slots preallocated (state, unroll buffers); connecting more
+        environments than this fails with a clear error.
+      max_batch_size: most environments in one policy call.
+      max_wait_ms: longest a request waits for others to join its batch.
+    """
+
+    max_envs: int = 1024
+    max_batch_size: int = 256
+    max_wait_ms: float = 2.0
+
+    def __post_init__(self):
+        if self.max_envs < 1:
+            raise ValueError(f"max_envs must be >= 1, got {self.max_envs}.")
+        if self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}.")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}.")
+
+
+class EpisodeStats:
+    """Thread-safe record of finished episodes: count, returns, lengths."""
+
+    def __init__(self, window: int = 100):
+        self._lock = threading.Lock()
+        self._returns: deque[float] = deque(maxlen=window)
+        self._lengths: deque[int] = deque(maxlen=window)
+        self.episodes = 0
+
+    def record(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+        with self._lock:
+            self._returns.extend(returns.tolist())
+            self._lengths.extend(lengths.tolist())
+            self.episodes += len(returns)
+
+    def summary(self) -> dict[str, float]:
+        """Episodes so far and the mean return and length over the window."""
+        with self._lock:
+            n = len(self._returns)
+            return {
+                "episodes": self.episodes,
+                "mean_return": float(np.mean(self._returns)) if n else float("nan"),
+                "mean_length": float(np.mean(self._lengths)) if n else float("nan"),
+                "window_episodes": n,
+            }
+
+
+@dataclasses.dataclass(eq=False)
+class _Client:
+    client_id: str
+    slots: np.ndarray
+    run_id: str
+
+
+class InferenceServer:
+    """Serves a `Policy` to many environments and assembles their unrolls.
+
+    Thread-safety: `connect`, `step` and `disconnect` may be called from any number of
+    threads; a given client has one `step` in flight at a time. Per-environment state is
+    touched only on the batcher's thread. Slots of a client that disconnects are free at
+    once: a request of it still queued is answered without touching them, and a slot's
+    partial unroll is discarded on the batcher thread before its new owner's first row.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        env_spec: EnvironmentSpec,
+        adder: unrolls.UnrollAdder | None,
+        config: InferenceConfig | None = None,
+        counter: Counter | None = None,
+        stats: EpisodeStats | None = None,
+    ):
+        self._policy = policy
+        self._spec = env_spec
+        self._adder = adder
+        self._config = config = config or InferenceConfig()
+        self._counter = counter or Counter()
+        self.stats = stats or EpisodeStats()
+        n = config.max_envs
+        self._obs_shape = tuple(env_spec.observations.shape)
+        self._obs_dtype = np.dtype(env_spec.observations.dtype)
+        self._state = tree.map_structure(np.copy, policy.initial_state(n))
+        self._initial_state = policy.initial_state(1)
+        self._prev_action = np.zeros((n, *env_spec.actions.shape), env_spec.actions.dtype)
+        self._episode_return = np.zeros(n, np.float64)
+        self._episode_length = np.zeros(n, np.int64)
+        self._lock = threading.Lock()
+        self._clients: dict[str, _Client] = {}
+        self._free_slots = list(range(n - 1, -1, -1))
+        self._needs_reset = np.zeros(n, bool)
+        self._batcher = DynamicBatcher(
+            self._process,
+            max_batch_size=config.max_batch_size,
+            max_wait_s=config.max_wait_ms / 1000.0,
+            expected_requests=lambda: len(self._clients),
+            name="inference-batcher",
+        )
+
+    # -- client lifecycle --------------------------------------------------------------
+
+    def connect(self, client_id: str, num_envs: int, run_id: str | None = None) -> np.ndarray:
+        """Registers `num_envs` environments of a client and returns their slot ids.
+
+        A client that connects again under the same `client_id` with a new `run_id` (a
+        restarted process) gets fresh slots: its old environments' state and partial
+        unrolls are dropped, never written.
+        """
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
+        run_id = run_id or uuid.uuid4().hex
+        with self._lock:
+            if client_id in self._clients:
+                self._release_locked(client_id)
+            if num_envs > len(self._free_slots):
+                raise ValueError(
+                    f"Cannot connect {num_envs} environments: {len(self._free_slots)} of "
+                    f"max_envs={self._config.max_envs} slots are free."
+                )
+            slots = np.array([self._free_slots.pop() for _ in range(num_envs)], np.int64)
+            self._needs_reset[slots] = True
+            self._clients[client_id] = _Client(client_id, slots, run_id)
+        return slots
+
+    def disconnect(self, client_id: str) -> None:
+        """Forgets a client; its environments' partial unrolls are discarded."""
+        with self._lock:
+            if client_id in self._clients:
+                self._release_locked(client_id)
+
+    def _release_locked(self, client_id: str) -> None:
+        client = self._clients.pop(client_id)
+        self._free_slots.extend(client.slots.tolist())
+
+    @property
+    def num_clients(self) -> int:
+        return len(self._clients)
+
+    # -- stepping ----------------------------------------------------------------------
+
+    def step(self, client_id: str, batch: StepBatch) -> np.ndarray:
+        """Returns one action per environment of `client_id` for its step results.
+
+        Raises ValueError (before anything reaches the batch) when the batch does not match
+        the environment spec or the client's number of environments.
+        """
+        client = self._clients.get(client_id)
+        if client is None:
+            raise ValueError(f"Unknown client {client_id!r}: connect first.")
+        self._validate(batch, len(client.slots))
+        return self._batcher.submit((client, batch), size=len(client.slots))
+
+    def _validate(self, batch: StepBatch, num_envs: int) -> None:
+        obs = batch.observation
+        if obs.dtype != self._obs_dtype or obs.shape != (num_envs, *self._obs_shape):
+            raise ValueError(
+                f"observation must be {self._obs_dtype}{[num_envs, *self._obs_shape]}, "
+                f"got {obs.dtype}{list(obs.shape)}."
+            )
+        for name, expected in (("reward", np.float32), ("discount", np.float32),
+                               ("step_type", np.uint8)):
+            value = getattr(batch, name)
+            if value.dtype != expected or value.shape != (num_envs,):
+                raise ValueError(
+                    f"{name} must be {np.dtype(expected)}[{num_envs}], "
+                    f"got {value.dtype}{list(value.shape)}."
+                )
+        if batch.step_type.max(initial=0) > LAST:
+            raise ValueError(f"step_type values must be 0, 1 or 2, got {batch.step_type}.")
+
+    def _process(self, requests: Sequence[tuple[_Client, StepBatch]]) -> list[np.ndarray]:
+        if not requests:
+            return []
+        stale = [self._clients.get(c.client_id) is not c for c, _ in requests]
+        if any(stale):
+            # Requests of clients that disconnected meanwhile: answered, never recorded.
+            live = iter(self._process([r for r, x in zip(requests, stale, strict=True) if not x]))
+            return [
+                np.zeros(len(c.slots), self._prev_action.dtype) if x else next(live)
+                for (c, _), x in zip(requests, stale, strict=True)
+            ]
+        if len(requests) == 1:
+            client, batch = requests[0]
+            slots = client.slots
+            obs, reward = batch.observation, batch.reward
+            discount, step_type = batch.discount, batch.step_type
+        else:
+            slots = np.concatenate([r[0].slots for r in requests])
+            obs = np.concatenate([r[1].observation for r in requests])
+            reward = np.concatenate([r[1].reward for r in requests])
+            discount = np.concatenate([r[1].discount for r in requests])
+            step_type = np.concatenate([r[1].step_type for r in requests])
+
+        self._reset_new_slots(slots)
+        first = step_type == FIRST
+        state_in = tree.map_structure(lambda s: s[slots], self._state)
+        prev_action = self._prev_action[slots]
+        if first.any():
+            prev_action[first] = 0
+            for s, init in zip(tree.flatten(state_in), tree.flatten(self._initial_state),
+                               strict=True):
+                s[first] = init[0]
+        action, extras, state_out = self._policy.step(obs, prev_action, state_in)
+        action = np.asarray(action, self._prev_action.dtype)
+        for s, new in zip(tree.flatten(self._state), tree.flatten(state_out), strict=True):
+            s[slots] = new
+        self._prev_action[slots] = action
+
+        if self._adder is not None:
+            rows = {
+                unrolls.OBSERVATION: obs,
+                unrolls.PREV_ACTION: prev_action,
+                unrolls.REWARD: reward,
+                unrolls.DISCOUNT: discount,
+                unrolls.STEP_TYPE: step_type,
+                unrolls.ACTION: action,
+                unrolls.EXTRAS: extras,
+            }
+            self._adder.add(slots, rows, state_in)
+        self._track_episodes(slots, reward, first, step_type == LAST)
+
+        if len(requests) == 1:
+            return [action]
+        bounds = np.cumsum([len(r[0].slots) for r in requests])[:-1]
+        return np.split(action, bounds)
+
+    def _track_episodes(
+        self, slots: np.ndarray, reward: np.ndarray, first: np.ndarray, last: np.ndarray
+    ) -> None:
+        stepped = ~first
+        returns = np.where(first, 0.0, self._episode_return[slots] + reward)
+        lengths = np.where(first, 0, self._episode_length[slots] + 1)
+        self._episode_return[slots] = returns
+        self._episode_length[slots] = lengths
+        if last.any():
+            self.stats.record(returns[last], lengths[last])
+        self._counter.increment(env_steps=int(stepped.sum()), inference_batches=1)
+
+    def _reset_new_slots(self, slots: np.ndarray) -> None:
+        needs_reset = self._needs_reset[slots]
+        if not needs_reset.any():
+            return
+        fresh = slots[needs_reset]
+        self._needs_reset[fresh] = False
+        if self._adder is not None:
+            self._adder.reset(fresh)
+        self._episode_return[fresh] = 0.0
+        self._episode_length[fresh] = 0
+
+    def close(self) -> None:
+        """Stops batching; callers still waiting get `BatcherClosedError`."""
+        self._batcher.close()
+
+    @property
+    def batcher(self) -> DynamicBatcher:
+        return self._batcher

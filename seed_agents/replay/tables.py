@@ -1,0 +1,65 @@
+"""Reverb table factories: a FIFO queue for on-policy learners, a prioritized table for
+off-policy ones.
+
+Reverb has no authentication and its server listens on every interface of the host
+(dm-reverb 0.14 takes a port, not a bind address): keep replay on a private network.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import reverb
+
+
+def queue_table(name: str, max_size: int, signature: Any = None) -> reverb.Table:
+    """A FIFO table whose items are sampled exactly once.
+
+    `max_size` bounds how much experience waits for the learner. When the queue is full,
+    inserts block (writers feel it in `flush`), which is the back-pressure that keeps an
+    on-policy learner's data fresh: the policy lag is at most `max_size` items.
+    """
+    if max_size < 1:
+        raise ValueError(f"queue max_size must be >= 1, got {max_size}.")
+    return reverb.Table.queue(name=name, max_size=max_size, signature=signature)
+
+
+def prioritized_table(
+    name: str,
+    max_size: int,
+    priority_exponent: float = 0.9,
+    samples_per_insert: float = 1.0,
+    min_size_to_sample: int = 1,
+    error_buffer: float | None = None,
+    signature: Any = None,
+) -> reverb.Table:
+    """A prioritized table with FIFO removal and a samples-per-insert rate limiter.
+
+    The rate limiter holds the ratio of samples to inserts near `samples_per_insert`;
+    `error_buffer` (default: a generous 100 batches' worth) is how far the ratio may drift
+    before the faster side blocks, so short hiccups on either side stall nobody.
+    """
+    if max_size < 1:
+        raise ValueError(f"max_size must be >= 1, got {max_size}.")
+    if not 0.0 <= priority_exponent:
+        raise ValueError(f"priority_exponent must be >= 0, got {priority_exponent}.")
+    if samples_per_insert <= 0:
+        raise ValueError(f"samples_per_insert must be > 0, got {samples_per_insert}.")
+    if not 1 <= min_size_to_sample <= max_size:
+        raise ValueError(
+            f"min_size_to_sample must be in [1, max_size={max_size}], got {min_size_to_sample}."
+        )
+    if error_buffer is None:
+        error_buffer = max(100.0 * samples_per_insert, 2.0 * samples_per_insert)
+    return reverb.Table(
+        name=name,
+        sampler=reverb.selectors.Prioritized(priority_exponent),
+        remover=reverb.selectors.Fifo(),
+        max_size=max_size,
+        rate_limiter=reverb.rate_limiters.SampleToInsertRatio(
+            samples_per_insert=samples_per_insert,
+            min_size_to_sample=min_size_to_sample,
+            error_buffer=error_buffer,
+        ),
+        signature=signature,
+    )

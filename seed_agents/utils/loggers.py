@@ -1,0 +1,259 @@
+"""Loggers: where counters and metrics go.
+
+A logger takes flat `{name: value}` rows. Components log every step or so and leave
+throttling to the logger, so the hot loop never has to decide whether a line is worth
+printing. Every logger treats the row it is given as read-only: the same dict is often
+fanned out to several loggers by a `Dispatcher`, and one must not see another's edits.
+"""
+
+from __future__ import annotations
+
+import abc
+import csv
+import io
+import math
+import os
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+import numpy as np
+
+_BAR_WIDTH = 20
+
+
+class Logger(abc.ABC):
+    """Receives rows of named values."""
+
+    @abc.abstractmethod
+    def write(self, data: Mapping[str, Any]) -> None:
+        """Records one row. Must not modify `data`."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Flushes anything pending and releases resources."""
+
+
+def _to_python(value: Any) -> Any:
+    """Unwraps numpy scalars and single-element arrays into plain Python values."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray) and value.size == 1:
+        return value.item()
+    return value
+
+
+def format_value(value: Any) -> str:
+    """Formats a value compactly for a terminal line.
+
+    Ints get thousands separators; floats of 1,000 or more are rounded to an int (nobody
+    reads the decimals of `steps_per_s`); smaller floats keep 4 significant digits.
+    """
+    value = _to_python(value)
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if abs(value) >= 1000:
+            return f"{round(value):,}"
+        return f"{value:.4g}"
+    return str(value)
+
+
+def progress_bar(fraction: float, width: int = _BAR_WIDTH) -> str:
+    """Renders e.g. `[#########...........]  45%` for `fraction` in [0, 1] (clamped)."""
+    fraction = min(max(fraction, 0.0), 1.0) if math.isfinite(fraction) else 0.0
+    filled = int(fraction * width)
+    return f"[{'#' * filled}{'.' * (width - filled)}] {int(fraction * 100):3d}%"
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return False
+
+
+class TerminalLogger(Logger):
+    """Prints rows as one-line summaries, at most once per `print_every_s` seconds.
+
+    The first write always prints. Rows arriving inside the throttle interval are
+    remembered, not printed; `flush()` prints the latest such row, `write(data,
+    force=True)` prints `data` regardless of the interval, and `close()` flushes, so
+    the final state of a run is always on screen.
+
+    On a TTY the line is redrawn in place with a carriage return (and a newline on
+    close); on anything else (files, pipes, CI logs) every printed row is its own line.
+    """
+
+    def __init__(
+        self,
+        label: str = "",
+        total: float | None = None,
+        progress_key: str = "env_steps",
+        print_every_s: float = 1.0,
+        stream: TextIO | None = None,
+        keys: Sequence[str] | None = None,
+    ) -> None:
+        self._label = label
+        self._total = total
+        self._progress_key = progress_key
+        self._print_every_s = print_every_s
+        # Resolved at construction, not import, so redirected/captured stdout is honoured.
+        self._stream = sys.stdout if stream is None else stream
+        self._keys = list(keys) if keys is not None else None
+        self._tty = _is_tty(self._stream)
+        self._lock = threading.Lock()
+        self._last_print: float | None = None
+        self._pending: dict[str, Any] | None = None
+        self._line_open = False  # TTY only: a redrawn line is on screen without "\n".
+
+    def format_line(self, data: Mapping[str, Any]) -> str:
+        """Returns the text `write` would print for `data`."""
+        parts = []
+        if self._total and self._progress_key in data:
+            progress = float(_to_python(data[self._progress_key]))
+            parts.append(progress_bar(progress / self._total))
+        if self._label:
+            parts.append(self._label)
+        keys = self._keys if self._keys is not None else list(data)
+        parts.extend(f"{k}={format_value(data[k])}" for k in keys if k in data)
+        return " ".join(parts)
+
+    def write(self, data: Mapping[str, Any], force: bool = False) -> None:
+        """Prints `data` if the interval has passed (or `force`), else keeps it pending."""
+        now = time.monotonic()
+        with self._lock:
+            due = self._last_print is None or now - self._last_print >= self._print_every_s
+            if force or due:
+                self._print(data, now)
+            else:
+                self._pending = dict(data)  # A copy: the caller may reuse its dict.
+
+    def flush(self) -> None:
+        """Prints the latest row held back by throttling, if any."""
+        with self._lock:
+            if self._pending is not None:
+                self._print(self._pending, time.monotonic())
+
+    def close(self) -> None:
+        """Flushes, and on a TTY ends the redrawn line with a newline."""
+        self.flush()
+        with self._lock:
+            if self._line_open:
+                self._stream.write("\n")
+                self._stream.flush()
+                self._line_open = False
+
+    def _print(self, data: Mapping[str, Any], now: float) -> None:
+        # Caller holds the lock.
+        line = self.format_line(data)
+        if self._tty:
+            # "\x1b[K" clears what is left of a longer previous line.
+            self._stream.write(f"\r{line}\x1b[K")
+            self._line_open = True
+        else:
+            self._stream.write(line + "\n")
+        self._stream.flush()
+        self._last_print = now
+        self._pending = None
+
+
+class CSVLogger(Logger):
+    """Appends rows to `<directory>/<label>.csv`, one file per logger, overwritten.
+
+    The header is fixed by the first row's keys, because a CSV header cannot grow once
+    rows are written without rewriting the whole file. Later rows may omit keys (the
+    cell is left empty); keys not in the header are dropped, with one warning per new
+    key name, since silently losing a metric is worse than a noisy log, but a warning
+    every step would drown everything else. Emit every key in the first row (e.g. as
+    NaN) if it must reach the CSV.
+
+    The file is flushed after each row, so a crash loses at most the row in flight.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], label: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+        self.path = os.path.join(os.fspath(directory), f"{label}.csv")
+        self._file = open(self.path, "w", newline="", encoding="utf-8")
+        self._writer: csv.DictWriter[str] | None = None
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+
+    def write(self, data: Mapping[str, Any]) -> None:
+        with self._lock:
+            if self._writer is None:
+                self._writer = csv.DictWriter(
+                    self._file, fieldnames=list(data), restval="", extrasaction="ignore"
+                )
+                self._writer.writeheader()
+            fieldnames = self._writer.fieldnames
+            unknown = [k for k in data if k not in fieldnames and k not in self._warned]
+            if unknown:
+                self._warned.update(unknown)
+                warnings.warn(
+                    f"CSVLogger({self.path}): dropping keys not in the header: {unknown}",
+                    stacklevel=2,
+                )
+            self._writer.writerow({k: _to_python(v) for k, v in data.items()})
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.close()
+
+
+class Dispatcher(Logger):
+    """Writes every row to each of several loggers."""
+
+    def __init__(self, loggers: Sequence[Logger]) -> None:
+        self._loggers = list(loggers)
+
+    def write(self, data: Mapping[str, Any]) -> None:
+        for logger in self._loggers:
+            logger.write(data)
+
+    def close(self) -> None:
+        # Close every logger even if one fails, so no file is left open; then re-raise.
+        errors = []
+        for logger in self._loggers:
+            try:
+                logger.close()
+            except Exception as e:  # Re-raised below.
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+
+class NoOpLogger(Logger):
+    """Discards everything; for components whose output nobody wants."""
+
+    def write(self, data: Mapping[str, Any]) -> None:
+        del data
+
+    def close(self) -> None:
+        pass
+
+
+def make_default_logger(
+    label: str,
+    directory: str | os.PathLike[str] | None = None,
+    total: float | None = None,
+    print_every_s: float = 1.0,
+    stream: TextIO | None = None,
+) -> Logger:
+    """A terminal logger labelled `label`, plus a CSV file in `directory` when given.
+
+    `stream` defaults to `sys.stdout` as it is when this is called.
+    """
+    terminal = TerminalLogger(label=label, total=total, print_every_s=print_every_s, stream=stream)
+    if directory is None:
+        return terminal
+    return Dispatcher([terminal, CSVLogger(directory, label)])
