@@ -27,6 +27,9 @@ class VTraceConfig:
       lstm_size: adds an LSTM core of that size when set (recurrent agent).
       adam_epsilon: Adam's epsilon.
       prefetch: batches the dataset prepares ahead of the learner.
+      sgd_steps_per_batch: gradient steps taken on each sampled batch. Every unroll is
+        sampled once from the queue; reusing a batch for a few steps trades a little
+        off-policyness (which V-trace corrects) for sample efficiency.
     """
 
     learning_rate: float = 1e-3
@@ -45,6 +48,7 @@ class VTraceConfig:
     lstm_size: int | None = None
     adam_epsilon: float = 1e-7
     prefetch: int = 1
+    sgd_steps_per_batch: int = 1
 
     def __post_init__(self):
         if self.learning_rate <= 0:
@@ -68,5 +72,7 @@ class VTraceConfig:
             raise ValueError("entropy_cost and baseline_cost must be >= 0.")
         if not self.hidden_sizes or any(h < 1 for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be positive, got {self.hidden_sizes}.")
+        if self.sgd_steps_per_batch < 1:
+            raise ValueError(f"sgd_steps_per_batch must be >= 1, got {self.sgd_steps_per_batch}.")
         if self.lstm_size is not None and self.lstm_size < 1:
             raise ValueError(f"lstm_size must be >= 1, got {self.lstm_size}.")

@@ -127,7 +127,9 @@ class VTraceLearner(core.Learner):
         except (StopIteration, tf.errors.OutOfRangeError, tf.errors.DeadlineExceededError):
             self._iterator = iter(self._dataset)
             return {}
-        metrics = {k: float(v) for k, v in self._train(sample.data).items()}
+        for _ in range(self._config.sgd_steps_per_batch):
+            metrics = self._train(sample.data)
+        metrics = {k: float(v) for k, v in metrics.items()}
         self._num_steps += 1
         counts = self._counter.increment(
             learner_steps=1, learner_samples=self._samples_per_step

@@ -1,0 +1,131 @@
+"""The `seed-agents` command line: `seed-agents train --agent vtrace --env gym:CartPole-v1`."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from builders.base import AgentBuilder
+from builders.vtrace import VTraceBuilder
+from launch.experiment import Experiment
+from launch.inprocess import run_inprocess
+from seed_agents.agents.vtrace.config import VTraceConfig
+
+AGENTS: dict[str, tuple[type, type]] = {"vtrace": (VTraceBuilder, VTraceConfig)}
+BACKENDS = {"inprocess": run_inprocess}
+
+
+def parse_overrides(config_type: type, overrides: Sequence[str]) -> Any:
+    """Builds `config_type` from `key=value` strings; values are Python literals.
+
+    `learning_rate=3e-4`, `hidden_sizes=128,128`, `lstm_size=None`; a value that is not a
+    literal is kept as a string. Unknown keys and invalid values fail with the field list.
+    """
+    fields = {f.name for f in dataclasses.fields(config_type)}
+    values: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ValueError(f"--set takes key=value, got {item!r}.")
+        if key not in fields:
+            raise ValueError(
+                f"{config_type.__name__} has no field {key!r}; fields: {', '.join(sorted(fields))}."
+            )
+        try:
+            values[key] = ast.literal_eval(raw.strip())
+        except (ValueError, SyntaxError):
+            values[key] = raw.strip()
+    return config_type(**values)
+
+
+def _config_help(config_type: type) -> str:
+    defaults = config_type()
+    rows = [f"  {f.name}={getattr(defaults, f.name)!r}" for f in dataclasses.fields(config_type)]
+    return "\n".join(rows)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="seed-agents",
+        description="Train reinforcement-learning agents in the SEED RL architecture.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    epilog = "\n".join(
+        f"{name} config fields (override with --set key=value):\n{_config_help(cfg)}"
+        for name, (_, cfg) in AGENTS.items()
+    )
+    train = commands.add_parser(
+        "train",
+        help="train an agent",
+        description="Train an agent and print progress and a final summary.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    train.add_argument("--agent", choices=sorted(AGENTS), default="vtrace",
+                       help="the agent to train (default: vtrace)")
+    train.add_argument("--env", default="gym:CartPole-v1",
+                       help="environment id: gym:<gymnasium id> or fake:key=value,... "
+                            "(default: gym:CartPole-v1)")
+    train.add_argument("--backend", choices=sorted(BACKENDS), default="inprocess",
+                       help="where components run (default: inprocess)")
+    train.add_argument("--inference", choices=["central", "local"], default="central",
+                       help="central batched inference (SEED) or a policy copy per actor")
+    train.add_argument("--runners", type=int, default=4, help="environment runners")
+    train.add_argument("--envs-per-runner", type=int, default=16,
+                       help="environments each runner steps in lockstep")
+    train.add_argument("--steps", type=int, default=500_000, help="env step budget")
+    train.add_argument("--seed", type=int, default=0, help="base random seed")
+    train.add_argument("--target-return", type=float, default=None,
+                       help="stop once the mean return of the last 100 episodes reaches this")
+    train.add_argument("--max-wall-s", type=float, default=None,
+                       help="stop after this many seconds")
+    train.add_argument("--logdir", default=None,
+                       help="directory for CSV logs (default: runs/<agent>-<time>)")
+    train.add_argument("--set", dest="overrides", action="append", default=[],
+                       metavar="KEY=VALUE", help="override an agent config field (repeatable)")
+    return parser
+
+
+def train(args: argparse.Namespace) -> int:
+    builder_type, config_type = AGENTS[args.agent]
+    try:
+        config = parse_overrides(config_type, args.overrides)
+        logdir = args.logdir or f"runs/{args.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
+        builder: AgentBuilder = builder_type(config)
+        experiment = Experiment(
+            builder=builder,
+            environment=args.env,
+            num_runners=args.runners,
+            envs_per_runner=args.envs_per_runner,
+            max_env_steps=args.steps,
+            seed=args.seed,
+            inference=args.inference,
+            target_return=args.target_return,
+            max_wall_s=args.max_wall_s,
+            logdir=logdir,
+        )
+    except (ValueError, TypeError) as error:
+        print(f"seed-agents: error: {error}", file=sys.stderr)
+        return 2
+    print(f"Training {args.agent} on {args.env} ({args.backend}, {experiment.num_envs} envs, "
+          f"{args.inference} inference); logs in {logdir}", flush=True)
+    result = BACKENDS[args.backend](experiment)
+    print(result.summary(), flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "train":
+        return train(args)
+    return 2  # unreachable: argparse requires a command
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""The in-process backend, the command line and the examples, run briefly for real."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from builders.vtrace import VTraceBuilder
+from launch import cli
+from launch.experiment import Experiment
+from launch.inprocess import run_inprocess
+from seed_agents.agents.vtrace.config import VTraceConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = VTraceConfig(unroll_length=5, batch_size=4, queue_size=16, hidden_sizes=(16,))
+
+
+def _env() -> dict:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", SEED_AGENTS_TF_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return env
+
+
+@pytest.mark.parametrize("inference,envs_per_runner", [("central", 4), ("local", 1)])
+def test_inprocess_run_acts_learns_and_logs(tmp_path, inference, envs_per_runner):
+    experiment = Experiment(
+        builder=VTraceBuilder(SMALL),
+        environment="gym:CartPole-v1",
+        num_runners=2,
+        envs_per_runner=envs_per_runner,
+        max_env_steps=3_000,
+        inference=inference,
+        logdir=str(tmp_path),
+        log_every_s=0.2,
+    )
+    result = run_inprocess(experiment)
+    assert result.env_steps >= 3_000
+    assert result.episodes > 0
+    assert result.learner_steps > 0
+    assert "budget" in result.stop_reason
+    with open(tmp_path / "train.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert int(rows[-1]["env_steps"]) >= 3_000
+    assert (tmp_path / "learner.csv").exists()
+    assert "logs: " + str(tmp_path) in result.summary()
+
+
+def test_inprocess_run_stops_at_wall_limit_with_a_recurrent_agent():
+    config = VTraceConfig(unroll_length=5, batch_size=4, queue_size=16, hidden_sizes=(16,),
+                          lstm_size=8)
+    experiment = Experiment(
+        builder=VTraceBuilder(config),
+        environment="fake:obs=4,len=20",
+        num_runners=1,
+        envs_per_runner=4,
+        max_env_steps=10**9,
+        max_wall_s=3.0,
+    )
+    result = run_inprocess(experiment)
+    assert "wall-time" in result.stop_reason
+    assert result.learner_steps > 0
+
+
+def test_experiment_rejects_bad_settings():
+    with pytest.raises(ValueError, match="num_runners"):
+        Experiment(VTraceBuilder(), "gym:CartPole-v1", num_runners=0)
+    with pytest.raises(ValueError, match="envs_per_runner=1"):
+        Experiment(VTraceBuilder(), "gym:CartPole-v1", inference="local", envs_per_runner=4)
+
+
+def test_cli_overrides_parse_and_fail_clearly():
+    config = cli.parse_overrides(VTraceConfig, ["learning_rate=3e-4", "hidden_sizes=32,32",
+                                                "max_gradient_norm=None"])
+    assert config.learning_rate == 3e-4
+    assert config.hidden_sizes == (32, 32)
+    assert config.max_gradient_norm is None
+    with pytest.raises(ValueError, match="no field 'learnin_rate'"):
+        cli.parse_overrides(VTraceConfig, ["learnin_rate=1"])
+    with pytest.raises(ValueError, match="key=value"):
+        cli.parse_overrides(VTraceConfig, ["learning_rate"])
+    with pytest.raises(ValueError, match="queue_size"):
+        cli.parse_overrides(VTraceConfig, ["queue_size=2"])
+
+
+def test_cli_help_and_bad_input():
+    out = subprocess.run([sys.executable, "-m", "launch.cli", "train", "--help"],
+                         capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
+    assert out.returncode == 0
+    assert "--envs-per-runner" in out.stdout and "learning_rate=" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "launch.cli", "train", "--set", "nope=1"],
+                         capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
+    assert out.returncode == 2
+    assert "no field 'nope'" in out.stderr
+
+
+def test_cli_trains_and_prints_a_summary(tmp_path):
+    logdir = tmp_path / "run"
+    out = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "train", "--env", "gym:CartPole-v1",
+         "--runners", "2", "--envs-per-runner", "4", "--steps", "2000", "--logdir", str(logdir),
+         "--set", "unroll_length=5", "--set", "batch_size=4", "--set", "queue_size=16"],
+        capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    for line in ("episodes:", "env steps:", "mean return", "wall time:", f"logs: {logdir}"):
+        assert line in out.stdout
+    assert (logdir / "train.csv").exists()
+
+
+@pytest.mark.parametrize("script", ["cartpole_vtrace.py", "custom_agent.py"])
+def test_examples_run(tmp_path, script):
+    args = [sys.executable, str(ROOT / "examples" / script), "--steps", "20000"]
+    if script == "cartpole_vtrace.py":
+        args += ["--logdir", str(tmp_path)]
+    out = subprocess.run(args, capture_output=True, text=True, env=_env(), cwd=tmp_path,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "env steps:" in out.stdout and "learner steps:" in out.stdout
+    learner_steps = int(out.stdout.split("learner steps:")[1].split()[0].replace(",", ""))
+    assert learner_steps > 0
