@@ -33,6 +33,7 @@ class VTraceBuilder(AgentBuilder):
             env_spec.observations.shape,
             self.config.hidden_sizes,
             self.config.lstm_size,
+            self.config.separate_value_torso,
         )
 
     def make_policy(

@@ -94,7 +94,12 @@ class VTraceLearner(core.Learner):
             clip_pg_rho_threshold=c.clip_pg_rho_threshold,
             clip_c_threshold=c.clip_c_threshold,
         )
-        pg_loss = losses.policy_gradient_loss(target_logits, actions, returns.pg_advantages, mask)
+        advantages = returns.pg_advantages
+        if c.normalize_advantages:
+            mean = losses.masked_mean(advantages, mask)
+            std = tf.sqrt(losses.masked_mean(tf.square(advantages - mean), mask))
+            advantages = (advantages - mean) / (std + 1e-6)
+        pg_loss = losses.policy_gradient_loss(target_logits, actions, advantages, mask)
         baseline_loss = losses.baseline_loss(returns.vs, values[:-1], mask)
         entropy_loss = losses.entropy_loss(target_logits, mask)
         loss = pg_loss + c.baseline_cost * baseline_loss + c.entropy_cost * entropy_loss

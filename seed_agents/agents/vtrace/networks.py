@@ -28,15 +28,24 @@ class PolicyValueNetwork(tf.Module):
         observation_shape: Sequence[int],
         hidden_sizes: Sequence[int] = (64, 64),
         lstm_size: int | None = None,
+        separate_value_torso: bool = False,
         name: str = "policy_value",
     ):
         super().__init__(name=name)
+        if separate_value_torso and lstm_size:
+            raise ValueError("separate_value_torso is for feed-forward networks (no lstm_size).")
         self.num_actions = num_actions
         self.lstm_size = lstm_size
         with self.name_scope:
             self._torso = [
                 tf.keras.layers.Dense(size, activation="relu", name=f"torso_{i}")
                 for i, size in enumerate(hidden_sizes)
+            ]
+            # A value torso of its own keeps the value loss, whose scale grows with the
+            # returns, from swamping the policy's features.
+            self._value_torso = [
+                tf.keras.layers.Dense(size, activation="relu", name=f"value_torso_{i}")
+                for i, size in enumerate(hidden_sizes if separate_value_torso else ())
             ]
             self._core = tf.keras.layers.LSTMCell(lstm_size, name="core") if lstm_size else None
             self._policy_head = tf.keras.layers.Dense(num_actions, name="policy")
@@ -60,29 +69,35 @@ class PolicyValueNetwork(tf.Module):
         zeros = tf.zeros([batch_size, self.lstm_size], tf.float32)
         return (zeros, zeros)
 
-    def _embed(self, observation: tf.Tensor) -> tf.Tensor:
-        x = tf.cast(observation, tf.float32)
-        x = tf.reshape(x, [-1, self._features])
+    def _embed(self, observation: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Policy features and value features (the same tensor when the torso is shared)."""
+        flat = tf.reshape(tf.cast(observation, tf.float32), [-1, self._features])
+        x = flat
         for layer in self._torso:
             x = layer(x)
-        return x
+        if not self._value_torso:
+            return x, x
+        v = flat
+        for layer in self._value_torso:
+            v = layer(v)
+        return x, v
 
     def _core_input(self, embedding: tf.Tensor, prev_action: tf.Tensor) -> tf.Tensor:
         one_hot = tf.one_hot(tf.cast(prev_action, tf.int32), self.num_actions)
         return tf.concat([embedding, one_hot], axis=-1)
 
-    def _heads(self, x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        return self._policy_head(x), tf.squeeze(self._value_head(x), -1)
+    def _heads(self, x: tf.Tensor, v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return self._policy_head(x), tf.squeeze(self._value_head(v), -1)
 
     def __call__(
         self, observation: tf.Tensor, prev_action: tf.Tensor, state: Any
     ) -> tuple[tuple[tf.Tensor, tf.Tensor], Any]:
         """One step for a batch: ((logits [B, A], value [B]), next state)."""
-        x = self._embed(observation)
+        x, v = self._embed(observation)
         if self._core is not None:
             x, state = self._core(self._core_input(x, prev_action), list(state))
-            state = tuple(state)
-        return self._heads(x), state
+            state, v = tuple(state), x
+        return self._heads(x, v), state
 
     def unroll(
         self, observation: tf.Tensor, prev_action: tf.Tensor, first: tf.Tensor, state: Any
@@ -94,8 +109,9 @@ class PolicyValueNetwork(tf.Module):
         """
         t, b = tf.shape(observation)[0], tf.shape(observation)[1]
         merged = tf.reshape(observation, tf.concat([[t * b], tf.shape(observation)[2:]], 0))
-        x = self._embed(merged)
+        x, v = self._embed(merged)
         x = tf.reshape(x, [t, b, x.shape[-1]])
+        v = tf.reshape(v, [t, b, v.shape[-1]])
         if self._core is not None:
             inputs = self._core_input(x, prev_action)
             initial = self.initial_state(b)
@@ -112,4 +128,5 @@ class PolicyValueNetwork(tf.Module):
 
             zero_out = tf.zeros([b, self.lstm_size], tf.float32)
             x, _ = tf.scan(core_step, (inputs, first), initializer=(zero_out, tuple(state)))
-        return self._heads(x)
+            v = x
+        return self._heads(x, v)

@@ -1,0 +1,99 @@
+"""How fast V-trace learns CartPole-v1: env steps and seconds until the mean return of
+the last 100 episodes first reaches 475, over several seeds.
+
+    python benchmarks/learn_cartpole.py --seeds 3
+
+Prints a line per seed and, last, one JSON line. The issue's target (500K env steps)
+is reported as the baseline (`baseline_kind: "target"`); `random_return` is a uniformly
+random policy's mean return over 100 episodes, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import numpy as np
+
+from builders.vtrace import VTraceBuilder
+from launch.cli import parse_overrides
+from launch.experiment import Experiment
+from launch.inprocess import run_inprocess
+from seed_agents.agents.vtrace.config import VTraceConfig
+from seed_agents.envs import make_environment
+
+TARGET = 475.0
+
+
+def random_return(episodes: int = 100, seed: int = 0) -> float:
+    env = make_environment("gym:CartPole-v1", seed=seed)
+    rng = np.random.default_rng(seed)
+    returns = []
+    for _ in range(episodes):
+        timestep, total = env.reset(), 0.0
+        while not timestep.last():
+            timestep = env.step(rng.integers(2))
+            total += timestep.reward
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=500_000, help="budget per seed")
+    parser.add_argument("--runners", type=int, default=4)
+    parser.add_argument("--envs-per-runner", type=int, default=16)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    config = parse_overrides(VTraceConfig, args.overrides)
+
+    runs = []
+    for seed in range(args.seeds):
+        experiment = Experiment(
+            builder=VTraceBuilder(config),
+            environment="gym:CartPole-v1",
+            num_runners=args.runners,
+            envs_per_runner=args.envs_per_runner,
+            max_env_steps=args.steps,
+            seed=seed,
+            target_return=TARGET,
+            log_every_s=10.0,
+        )
+        result = run_inprocess(experiment, stream=sys.stderr)
+        runs.append(result)
+        print(f"seed {seed}: solved_at={result.solved_env_steps} env steps, "
+              f"{result.solved_wall_s} s, {result.steps_per_s:,.0f} steps/s, "
+              f"final mean return {result.mean_return:.1f}", flush=True)
+
+    solved = [r for r in runs if r.solved_env_steps is not None]
+    # Unsolved seeds count as never reaching the target (infinite steps), so the median
+    # is only finite when most seeds solve.
+    steps = sorted(r.solved_env_steps if r.solved_env_steps is not None else float("inf")
+                   for r in runs)
+    walls = sorted(r.solved_wall_s if r.solved_wall_s is not None else float("inf")
+                   for r in runs)
+    median_steps = statistics.median(steps)
+    median_wall = statistics.median(walls)
+    finite = median_steps != float("inf")
+    print(json.dumps({
+        "bench": "learn_cartpole",
+        "solved": len(solved),
+        "seeds": len(runs),
+        "value": int(median_steps) if finite else None,
+        "unit": "env_steps",
+        "wall_s": round(median_wall, 1) if finite else None,
+        "steps_per_s": round(statistics.median(r.steps_per_s for r in runs)),
+        "baseline": args.steps,
+        "baseline_kind": "target",
+        "ratio": round(median_steps / args.steps, 3) if finite else None,
+        "random_return": round(random_return(), 1),
+        "config": {"runners": args.runners, "envs_per_runner": args.envs_per_runner,
+                   "overrides": args.overrides},
+    }))
+
+
+if __name__ == "__main__":
+    main()
