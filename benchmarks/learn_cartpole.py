@@ -43,15 +43,18 @@ def random_return(episodes: int = 100, seed: int = 0) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=500_000, help="budget per seed")
     parser.add_argument("--runners", type=int, default=4)
     parser.add_argument("--envs-per-runner", type=int, default=16)
+    parser.add_argument("--transport", choices=["direct", "grpc"], default="direct",
+                        help="runner threads calling the server, or runner processes on gRPC")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     config = parse_overrides(VTraceConfig, args.overrides)
 
     runs = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         experiment = Experiment(
             builder=VTraceBuilder(config),
             environment="gym:CartPole-v1",
@@ -60,6 +63,7 @@ def main() -> None:
             max_env_steps=args.steps,
             seed=seed,
             target_return=TARGET,
+            transport=args.transport,
             log_every_s=10.0,
         )
         result = run_inprocess(experiment, stream=sys.stderr)
@@ -90,8 +94,8 @@ def main() -> None:
         "baseline_kind": "target",
         "ratio": round(median_steps / args.steps, 3) if finite else None,
         "random_return": round(random_return(), 1),
-        "config": {"runners": args.runners, "envs_per_runner": args.envs_per_runner,
-                   "overrides": args.overrides},
+        "config": {"transport": args.transport, "runners": args.runners,
+                   "envs_per_runner": args.envs_per_runner, "overrides": args.overrides},
     }))
 
 

@@ -34,6 +34,7 @@ class VTraceBuilder(AgentBuilder):
             self.config.hidden_sizes,
             self.config.lstm_size,
             self.config.separate_value_torso,
+            self.config.torso,
         )
 
     def make_policy(

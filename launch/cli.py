@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where components run (default: inprocess)")
     train.add_argument("--inference", choices=["central", "local"], default="central",
                        help="central batched inference (SEED) or a policy copy per actor")
+    train.add_argument("--transport", choices=["direct", "grpc"], default="direct",
+                       help="central inference: runner threads calling the server directly, "
+                            "or runner processes streaming over gRPC (default: direct)")
+    train.add_argument("--inference-address", default="127.0.0.1:0",
+                       help="where the gRPC inference service listens (host:port or "
+                            "unix:/path; default: 127.0.0.1 on a free port)")
     train.add_argument("--runners", type=int, default=4, help="environment runners")
     train.add_argument("--envs-per-runner", type=int, default=16,
                        help="environments each runner steps in lockstep")
@@ -106,6 +112,8 @@ def train(args: argparse.Namespace) -> int:
             max_env_steps=args.steps,
             seed=args.seed,
             inference=args.inference,
+            transport=args.transport,
+            inference_address=args.inference_address,
             target_return=args.target_return,
             max_wall_s=args.max_wall_s,
             logdir=logdir,
@@ -114,7 +122,8 @@ def train(args: argparse.Namespace) -> int:
         print(f"seed-agents: error: {error}", file=sys.stderr)
         return 2
     print(f"Training {args.agent} on {args.env} ({args.backend}, {experiment.num_envs} envs, "
-          f"{args.inference} inference); logs in {logdir}", flush=True)
+          f"{args.inference} inference, {args.transport} transport); logs in {logdir}",
+          flush=True)
     result = BACKENDS[args.backend](experiment)
     print(result.summary(), flush=True)
     return 0

@@ -29,6 +29,10 @@ class Experiment:
       target_return: stop early once the mean return of the last 100 episodes reaches it.
       max_wall_s: stop after this many seconds of wall time, whatever the budget says.
       logdir: where CSV logs go; None logs to the terminal only.
+      transport: how central-inference runners reach the server: "direct" (runner threads
+        call it) or "grpc" (runner processes stream over gRPC, as on a cluster).
+      inference_address: where the gRPC inference service listens ("127.0.0.1:0" picks a
+        free port; "unix:/path" for same-host runners).
       inference_max_wait_ms: longest a runner's request waits for others to join a batch.
       log_every_s: seconds between progress lines.
     """
@@ -44,6 +48,8 @@ class Experiment:
     target_return: float | None = None
     max_wall_s: float | None = None
     logdir: str | None = None
+    transport: Literal["direct", "grpc"] = "direct"
+    inference_address: str = "127.0.0.1:0"
     inference_max_wait_ms: float = 2.0
     log_every_s: float = 1.0
 
@@ -61,6 +67,10 @@ class Experiment:
                 "inference='local' runs one environment per actor (IMPALA style): "
                 f"set envs_per_runner=1, got {self.envs_per_runner}."
             )
+        if self.transport not in ("direct", "grpc"):
+            raise ValueError(f"transport must be 'direct' or 'grpc', got {self.transport!r}.")
+        if self.transport == "grpc" and self.inference != "central":
+            raise ValueError("transport='grpc' serves central inference; use inference='central'.")
         if self.max_wall_s is not None and self.max_wall_s <= 0:
             raise ValueError(f"max_wall_s must be > 0, got {self.max_wall_s}.")
 

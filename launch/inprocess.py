@@ -15,6 +15,7 @@ dataset times out within a second), then Reverb.
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import os
 import sys
 import threading
@@ -30,7 +31,9 @@ from launch.experiment import Experiment, RunResult
 from seed_agents.environment_loop import EnvironmentLoop
 from seed_agents.envs.registry import environment_factory
 from seed_agents.inference.batcher import BatcherClosedError
+from seed_agents.inference.grpc_service import InferenceService
 from seed_agents.inference.runner import EnvRunner
+from seed_agents.inference.runner_process import run_runner_until_signalled
 from seed_agents.inference.server import EpisodeStats, InferenceConfig
 from seed_agents.specs import make_environment_spec
 from seed_agents.utils.counting import Counter, RateTracker
@@ -96,7 +99,8 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
     threads.start("learner", functools.partial(learner.run, stop_event=stop))
 
     client = replay.localhost_client()
-    inference = None
+    inference = service = None
+    processes: list[multiprocessing.process.BaseProcess] = []
     if experiment.inference == "central":
         adder = builder.make_adder(client, experiment.num_envs, spec, policy, stop)
         config = InferenceConfig(
@@ -105,6 +109,12 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
             max_wait_ms=experiment.inference_max_wait_ms,
         )
         inference = builder.make_inference_server(policy, spec, adder, config, counter, stats)
+    if experiment.transport == "grpc":
+        service = InferenceService(inference, spec, address=experiment.inference_address,
+                                   max_runners=experiment.num_runners)
+        address = service.start()
+        processes = _start_runner_processes(experiment, address)
+    elif experiment.inference == "central":
         for i in range(experiment.num_runners):
             runner = EnvRunner(make_env, experiment.envs_per_runner, experiment.runner_seed(i))
             threads.start(f"runner-{i}", functools.partial(_serve_runner, runner, inference,
@@ -123,9 +133,12 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
         print_every_s=experiment.log_every_s, stream=stream,
     )
     try:
-        result = _monitor(experiment, counter, stats, stop, logger)
+        result = _monitor(experiment, counter, stats, stop, logger, processes)
     finally:
         stop.set()
+        _stop_processes(processes)
+        if service is not None:
+            service.stop()
         for thread in threads.threads:
             if thread.name != "learner":
                 thread.join(_JOIN_TIMEOUT_S)
@@ -140,6 +153,38 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
         name, error, trace = threads.errors[0]
         raise RuntimeError(f"{name} failed: {error!r}\n{trace}") from error
     return result
+
+
+def _start_runner_processes(
+    experiment: Experiment, address: str
+) -> list[multiprocessing.process.BaseProcess]:
+    # Spawned, not forked: a child forked from a process running TensorFlow and gRPC
+    # threads can deadlock, and a spawned runner imports neither TF nor Reverb.
+    context = multiprocessing.get_context("spawn")
+    processes = []
+    for i in range(experiment.num_runners):
+        process = context.Process(
+            target=run_runner_until_signalled,
+            kwargs=dict(address=address, environment=experiment.environment,
+                        num_envs=experiment.envs_per_runner, seed=experiment.runner_seed(i),
+                        runner_id=f"runner-{i}"),
+            name=f"runner-{i}",
+            daemon=True,
+        )
+        process.start()
+        processes.append(process)
+    return processes
+
+
+def _stop_processes(processes: list[multiprocessing.process.BaseProcess]) -> None:
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(10.0)
+        if process.is_alive():
+            process.kill()
+            process.join(5.0)
 
 
 def _serve_runner(runner: EnvRunner, inference, client_id: str, stop: threading.Event) -> None:
@@ -171,7 +216,8 @@ def _run_actor(loop: EnvironmentLoop, counter: Counter, stats: EpisodeStats,
 
 
 def _monitor(experiment: Experiment, counter: Counter, stats: EpisodeStats,
-             stop: threading.Event, logger: Logger) -> RunResult:
+             stop: threading.Event, logger: Logger,
+             processes: list[multiprocessing.process.BaseProcess]) -> RunResult:
     start = time.monotonic()
     rate = RateTracker(window_s=5.0)
     next_log = start
@@ -187,8 +233,11 @@ def _monitor(experiment: Experiment, counter: Counter, stats: EpisodeStats,
                 and summary["window_episodes"] >= 100
                 and summary["mean_return"] >= experiment.target_return):
             solved_steps, solved_wall = env_steps, now - start
+        dead = [p.name for p in processes if p.exitcode not in (None, 0)]
         if stopped:
             reason = "a component failed"
+        elif dead:
+            reason = f"runner process(es) {', '.join(dead)} failed"
         elif env_steps >= experiment.max_env_steps:
             reason = f"step budget of {experiment.max_env_steps:,} env steps reached"
         elif solved_steps is not None:

@@ -50,6 +50,37 @@ def test_inprocess_run_acts_learns_and_logs(tmp_path, inference, envs_per_runner
     assert "logs: " + str(tmp_path) in result.summary()
 
 
+def test_runner_processes_train_through_grpc(tmp_path):
+    experiment = Experiment(
+        builder=VTraceBuilder(SMALL),
+        environment="gym:CartPole-v1",
+        num_runners=2,
+        envs_per_runner=4,
+        max_env_steps=3_000,
+        transport="grpc",
+        logdir=str(tmp_path),
+        log_every_s=0.5,
+    )
+    result = run_inprocess(experiment)
+    assert result.env_steps >= 3_000
+    assert result.learner_steps > 0
+    assert "budget" in result.stop_reason
+
+
+def test_grpc_transport_over_a_unix_socket(tmp_path):
+    experiment = Experiment(
+        builder=VTraceBuilder(SMALL),
+        environment="fake:obs=4,len=30",
+        num_runners=1,
+        envs_per_runner=8,
+        max_env_steps=2_000,
+        transport="grpc",
+        inference_address=f"unix:{tmp_path}/inference.sock",
+    )
+    result = run_inprocess(experiment)
+    assert result.env_steps >= 2_000 and result.learner_steps > 0
+
+
 def test_inprocess_run_stops_at_wall_limit_with_a_recurrent_agent():
     config = VTraceConfig(unroll_length=5, batch_size=4, queue_size=16, hidden_sizes=(16,),
                           lstm_size=8)
@@ -71,6 +102,11 @@ def test_experiment_rejects_bad_settings():
         Experiment(VTraceBuilder(), "gym:CartPole-v1", num_runners=0)
     with pytest.raises(ValueError, match="envs_per_runner=1"):
         Experiment(VTraceBuilder(), "gym:CartPole-v1", inference="local", envs_per_runner=4)
+    with pytest.raises(ValueError, match="transport"):
+        Experiment(VTraceBuilder(), "gym:CartPole-v1", transport="carrier-pigeon")
+    with pytest.raises(ValueError, match="central"):
+        Experiment(VTraceBuilder(), "gym:CartPole-v1", transport="grpc", inference="local",
+                   envs_per_runner=1)
 
 
 def test_cli_overrides_parse_and_fail_clearly():

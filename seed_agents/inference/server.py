@@ -155,10 +155,15 @@ class InferenceServer:
             self._clients[client_id] = _Client(client_id, slots, run_id)
         return slots
 
-    def disconnect(self, client_id: str) -> None:
-        """Forgets a client; its environments' partial unrolls are discarded."""
+    def disconnect(self, client_id: str, run_id: str | None = None) -> None:
+        """Forgets a client; its environments' partial unrolls are discarded.
+
+        With `run_id`, only that run of the client is forgotten: a transport cleaning up
+        after a dead stream must not disconnect the restarted process that replaced it.
+        """
         with self._lock:
-            if client_id in self._clients:
+            client = self._clients.get(client_id)
+            if client is not None and (run_id is None or client.run_id == run_id):
                 self._release_locked(client_id)
 
     def _release_locked(self, client_id: str) -> None:

@@ -18,17 +18,26 @@ class VTraceConfig:
       max_gradient_norm: global-norm gradient clipping; None disables it.
       clip_rho_threshold, clip_pg_rho_threshold, clip_c_threshold: V-trace's truncation
         levels (rho-bar for the targets, for the policy gradient, and c-bar).
+      vtrace_lambda: the trace decay of V-trace's c_t (1.0 in the paper); lower values
+        trade bias for variance like GAE's lambda.
       reward_clip: rewards are clipped to [-reward_clip, reward_clip] by the learner (the
         environment reports raw returns); None disables it.
       queue_size: unrolls the FIFO replay holds. Writers block when it is full, so it
         bounds the policy lag of the data; it must hold at least two batches so that one
         batch can fill while the learner trains on the other.
       hidden_sizes: MLP torso layers.
+      torso: "mlp", or "nature_cnn" (the Nature DQN convolutions before the MLP layers,
+        for 84x84 pixel observations; use e.g. hidden_sizes=(512,)).
       lstm_size: adds an LSTM core of that size when set (recurrent agent).
       separate_value_torso: gives the value head an MLP torso of its own (feed-forward
         networks only), so value errors, which scale with the returns, do not swamp the
         policy's features.
       adam_epsilon: Adam's epsilon.
+      adam_beta2: Adam's second-moment decay. When an agent that had mastered a task
+        starts to fail, gradients jump by orders of magnitude; with the usual 0.999 the
+        second moment lags ~1000 steps behind while the first moment follows in ~10, and
+        the steps grow tens of times larger than `learning_rate`, enough to collapse the
+        policy. 0.99 catches up within ~100 steps.
       prefetch: batches the dataset prepares ahead of the learner.
       normalize_advantages: scale the policy-gradient advantages of each batch to zero mean
         and unit variance. Returns grow by orders of magnitude while an agent improves
@@ -49,12 +58,15 @@ class VTraceConfig:
     clip_rho_threshold: float = 1.0
     clip_pg_rho_threshold: float = 1.0
     clip_c_threshold: float = 1.0
+    vtrace_lambda: float = 1.0
     reward_clip: float | None = None
     queue_size: int = 64
     hidden_sizes: tuple[int, ...] = (64, 64)
+    torso: str = "mlp"
     lstm_size: int | None = None
     separate_value_torso: bool = False
     adam_epsilon: float = 1e-7
+    adam_beta2: float = 0.999
     prefetch: int = 1
     normalize_advantages: bool = False
     sgd_steps_per_batch: int = 1
@@ -73,6 +85,8 @@ class VTraceConfig:
                 f"queue_size ({self.queue_size}) must be >= 2 * batch_size "
                 f"({self.batch_size}): with less, acting stalls while the learner trains."
             )
+        if not 0.0 <= self.vtrace_lambda <= 1.0:
+            raise ValueError(f"vtrace_lambda must be in [0, 1], got {self.vtrace_lambda}.")
         if self.max_gradient_norm is not None and self.max_gradient_norm <= 0:
             raise ValueError(f"max_gradient_norm must be > 0, got {self.max_gradient_norm}.")
         if self.reward_clip is not None and self.reward_clip <= 0:
@@ -81,8 +95,12 @@ class VTraceConfig:
             raise ValueError("entropy_cost and baseline_cost must be >= 0.")
         if not self.hidden_sizes or any(h < 1 for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be positive, got {self.hidden_sizes}.")
+        if not 0.0 < self.adam_beta2 < 1.0:
+            raise ValueError(f"adam_beta2 must be in (0, 1), got {self.adam_beta2}.")
         if self.sgd_steps_per_batch < 1:
             raise ValueError(f"sgd_steps_per_batch must be >= 1, got {self.sgd_steps_per_batch}.")
+        if self.torso not in ("mlp", "nature_cnn"):
+            raise ValueError(f"torso must be 'mlp' or 'nature_cnn', got {self.torso!r}.")
         if self.lstm_size is not None and self.lstm_size < 1:
             raise ValueError(f"lstm_size must be >= 1, got {self.lstm_size}.")
         if self.lstm_size is not None and self.separate_value_torso:

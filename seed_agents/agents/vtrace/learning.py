@@ -50,7 +50,7 @@ class VTraceLearner(core.Learner):
         self._counter = counter or Counter()
         self._logger = logger or NoOpLogger()
         self._optimizer = tf.keras.optimizers.Adam(
-            config.learning_rate, epsilon=config.adam_epsilon
+            config.learning_rate, beta_2=config.adam_beta2, epsilon=config.adam_epsilon
         )
         self._samples_per_step = config.batch_size * config.unroll_length
         self._train = tf.function(self._train_step)
@@ -93,6 +93,7 @@ class VTraceLearner(core.Learner):
             clip_rho_threshold=c.clip_rho_threshold,
             clip_pg_rho_threshold=c.clip_pg_rho_threshold,
             clip_c_threshold=c.clip_c_threshold,
+            lambda_=c.vtrace_lambda,
         )
         advantages = returns.pg_advantages
         if c.normalize_advantages:

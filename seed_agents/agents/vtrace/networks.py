@@ -10,8 +10,23 @@ import tensorflow as tf
 from dm_env import specs
 
 
+def _nature_cnn() -> list[tf.keras.layers.Layer]:
+    """The convolutions of the Nature DQN torso (Mnih et al. 2015), for 84x84 frames."""
+    return [
+        tf.keras.layers.Conv2D(32, 8, strides=4, activation="relu", name="conv_0"),
+        tf.keras.layers.Conv2D(64, 4, strides=2, activation="relu", name="conv_1"),
+        tf.keras.layers.Conv2D(64, 3, strides=1, activation="relu", name="conv_2"),
+    ]
+
+
+TORSOS = {"mlp": list, "nature_cnn": _nature_cnn}
+"""Convolutional front ends by name; the MLP layers of `hidden_sizes` follow each."""
+
+
 class PolicyValueNetwork(tf.Module):
     """obs -> (policy logits, state value), step by step or over a whole unroll.
+
+    The torso is an MLP of `hidden_sizes`, behind convolutions when `torso="nature_cnn"`.
 
     With `lstm_size`, an LSTM core sits between torso and heads and its input also gets the
     previous action (one-hot), as in IMPALA: memory then knows what the agent did. The
@@ -29,14 +44,18 @@ class PolicyValueNetwork(tf.Module):
         hidden_sizes: Sequence[int] = (64, 64),
         lstm_size: int | None = None,
         separate_value_torso: bool = False,
+        torso: str = "mlp",
         name: str = "policy_value",
     ):
         super().__init__(name=name)
+        if torso not in TORSOS:
+            raise ValueError(f"torso must be one of {sorted(TORSOS)}, got {torso!r}.")
         if separate_value_torso and lstm_size:
             raise ValueError("separate_value_torso is for feed-forward networks (no lstm_size).")
         self.num_actions = num_actions
         self.lstm_size = lstm_size
         with self.name_scope:
+            self._conv = TORSOS[torso]()
             self._torso = [
                 tf.keras.layers.Dense(size, activation="relu", name=f"torso_{i}")
                 for i, size in enumerate(hidden_sizes)
@@ -50,6 +69,7 @@ class PolicyValueNetwork(tf.Module):
             self._core = tf.keras.layers.LSTMCell(lstm_size, name="core") if lstm_size else None
             self._policy_head = tf.keras.layers.Dense(num_actions, name="policy")
             self._value_head = tf.keras.layers.Dense(1, name="value")
+        self._observation_shape = tuple(observation_shape)
         self._features = int(np.prod(observation_shape))
         self(
             tf.zeros([1, *observation_shape]),
@@ -71,7 +91,14 @@ class PolicyValueNetwork(tf.Module):
 
     def _embed(self, observation: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Policy features and value features (the same tensor when the torso is shared)."""
-        flat = tf.reshape(tf.cast(observation, tf.float32), [-1, self._features])
+        if self._conv:
+            # Pixels arrive as uint8 (4x less to send than float32) and are scaled here.
+            x = tf.cast(observation, tf.float32) / 255.0
+            for layer in self._conv:
+                x = layer(x)
+            flat = tf.reshape(x, [-1, int(np.prod(x.shape[1:]))])
+        else:
+            flat = tf.reshape(tf.cast(observation, tf.float32), [-1, self._features])
         x = flat
         for layer in self._torso:
             x = layer(x)

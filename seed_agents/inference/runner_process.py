@@ -1,0 +1,249 @@
+"""An environment runner as a process: K environments driven by a remote inference server.
+
+`run_runner` (or the `python -m seed_agents.inference.runner_process` CLI) builds the
+environments once and steps them through `RemoteInference`, reconnecting when the server
+goes away or restarts. It imports neither TensorFlow nor Reverb.
+
+What a reconnect loses: the episodes in progress. A new stream starts with every
+environment reset (an all-FIRST batch), and the server discards the unrolls the old
+stream had not completed. Nothing already written to replay is affected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import uuid
+
+import grpc
+from dm_env import specs
+
+from seed_agents.envs.registry import EnvironmentFactory, environment_factory
+from seed_agents.inference import wire
+from seed_agents.inference.grpc_client import RemoteInference
+from seed_agents.inference.runner import EnvRunner
+
+logger = logging.getLogger(__name__)
+
+AUTH_TOKEN_ENV = "SEED_AGENTS_INFERENCE_TOKEN"
+_INITIAL_BACKOFF_S = 0.1
+
+# The server is gone, restarting or unreachable: worth another stream.
+_RETRYABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED}
+)
+# How gRPC reports an HTTP/2 stream reset by the peer (e.g. a proxy or a dying server).
+_RESET_MARKERS = ("RST_STREAM", "Stream removed", "Socket closed")
+
+
+class InferenceRejectedError(RuntimeError):
+    """The server refused this runner for a reason another attempt would not fix."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def is_retryable(error: grpc.RpcError) -> bool:
+    """Whether `error` means the server is gone or restarting, not that we are wrong."""
+    code = error.code() if callable(getattr(error, "code", None)) else None
+    if code in _RETRYABLE:
+        return True
+    details = error.details() if callable(getattr(error, "details", None)) else ""
+    return code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN) and any(
+        marker in (details or "") for marker in _RESET_MARKERS
+    )
+
+
+@dataclasses.dataclass
+class RunnerStats:
+    rounds: int = 0  # Round trips completed (each steps every environment once).
+    env_steps: int = 0
+    reconnects: int = 0  # Streams opened after a retryable failure.
+
+
+class RemoteRunner:
+    """An `EnvRunner` bound to a remote server, with reconnects; `run_runner` drives one.
+
+    `run_id` identifies this process's lifetime: it stays the same across reconnects, and
+    a restarted process gets a new one, so the server can tell them apart. `stats` is
+    updated as it runs (readable from another thread).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        environment: str | EnvironmentFactory,
+        num_envs: int,
+        seed: int = 0,
+        runner_id: str | None = None,
+        run_id: str | None = None,
+        auth_token: str | None = None,
+        max_backoff_s: float = 5.0,
+        timeout_s: float = 60.0,
+        channel_credentials: grpc.ChannelCredentials | None = None,
+    ):
+        if max_backoff_s < _INITIAL_BACKOFF_S:
+            raise ValueError(f"max_backoff_s must be >= {_INITIAL_BACKOFF_S}, got {max_backoff_s}.")
+        self.address = address
+        self.runner = EnvRunner(environment_factory(environment), num_envs, seed)
+        self.hello = wire.Hello(
+            runner_id=runner_id or f"{socket.gethostname()}-{os.getpid()}",
+            run_id=run_id or uuid.uuid4().hex,
+            num_envs=num_envs,
+            observation_shape=self.runner.envs[0].observation_spec().shape,
+            observation_dtype=self.runner.envs[0].observation_spec().dtype,
+            num_actions=_num_actions(self.runner.envs[0].action_spec()),
+        )
+        self._auth_token = auth_token
+        self._credentials = channel_credentials
+        self._timeout_s = timeout_s
+        self._max_backoff_s = max_backoff_s
+        self.stats = RunnerStats()
+
+    def run(self, stop_event: threading.Event | None = None, max_steps: int | None = None) -> None:
+        """Steps until `stop_event` is set or `max_steps` round trips are done in total.
+
+        Blocks, retrying with backoff (0.1 s doubling up to `max_backoff_s`, reset after
+        a stream that got actions) while the server is unreachable. Raises
+        `InferenceRejectedError` when the server rejects the runner (bad spec, bad token,
+        no capacity, bad data): retrying would be rejected again.
+        """
+        stop_event = stop_event or threading.Event()
+        backoff = _INITIAL_BACKOFF_S
+        attempt = 0
+        while not stop_event.is_set() and not self._done(max_steps):
+            if attempt:
+                self.stats.reconnects += 1
+            attempt += 1
+            before = self.stats.rounds
+            try:
+                with RemoteInference(
+                    self.address, self.hello, self._auth_token, self._credentials, self._timeout_s
+                ) as infer:
+                    remaining = None if max_steps is None else max_steps - self.stats.rounds
+                    self.runner.run(self._counting(infer), stop_event, remaining)
+                return
+            except grpc.RpcError as error:
+                if not is_retryable(error):
+                    raise InferenceRejectedError(
+                        error.code(),
+                        f"Inference server at {self.address} rejected runner "
+                        f"{self.hello.runner_id!r}: {error.code().name}: {error.details()}",
+                    ) from error
+                if self.stats.rounds > before:
+                    backoff = _INITIAL_BACKOFF_S
+                logger.warning(
+                    "Runner %s cannot reach the inference server at %s (%s: %s); retry in %.1f s.",
+                    self.hello.runner_id, self.address, error.code().name, error.details(),
+                    backoff,
+                )
+                stop_event.wait(backoff)
+                backoff = min(2 * backoff, self._max_backoff_s)
+
+    def _done(self, max_steps: int | None) -> bool:
+        return max_steps is not None and self.stats.rounds >= max_steps
+
+    def _counting(self, infer: RemoteInference):
+        stats, num_envs = self.stats, self.runner.num_envs
+
+        def counted(batch):
+            actions = infer(batch)
+            stats.rounds += 1
+            stats.env_steps += num_envs
+            return actions
+
+        return counted
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def _num_actions(action_spec: specs.Array) -> int:
+    if not isinstance(action_spec, specs.DiscreteArray):
+        raise TypeError(f"Remote runners need a discrete action spec, got {action_spec!r}.")
+    return int(action_spec.num_values)
+
+
+def run_runner(
+    address: str,
+    environment: str | EnvironmentFactory,
+    num_envs: int,
+    seed: int = 0,
+    runner_id: str | None = None,
+    run_id: str | None = None,
+    stop_event: threading.Event | None = None,
+    max_steps: int | None = None,
+    auth_token: str | None = None,
+    max_backoff_s: float = 5.0,
+    timeout_s: float = 60.0,
+) -> RunnerStats:
+    """Runs `num_envs` environments against the server at `address`; returns the stats.
+
+    `run_id` defaults to a fresh uuid per call (one process start). See `RemoteRunner.run`
+    for when it blocks, retries and raises.
+    """
+    runner = RemoteRunner(
+        address, environment, num_envs, seed=seed, runner_id=runner_id, run_id=run_id,
+        auth_token=auth_token, max_backoff_s=max_backoff_s, timeout_s=timeout_s,
+    )
+    try:
+        runner.run(stop_event, max_steps)
+    finally:
+        runner.close()
+    return runner.stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; SIGTERM and SIGINT stop it after the round trip in flight."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--address", required=True, help="host:port or unix:/path")
+    parser.add_argument("--env", required=True, help="environment id, e.g. fake:obs=4")
+    parser.add_argument("--num-envs", type=int, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--runner-id", default=None)
+    parser.add_argument("--run-id", default=None, help="default: a fresh uuid")
+    parser.add_argument("--max-steps", type=int, default=None, help="round trips in total")
+    parser.add_argument("--max-backoff-s", type=float, default=5.0)
+    parser.add_argument("--timeout-s", type=float, default=60.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+
+    stop_event = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop_event.set())
+    try:
+        stats = run_runner(
+            args.address, args.env, args.num_envs, seed=args.seed, runner_id=args.runner_id,
+            run_id=args.run_id, stop_event=stop_event, max_steps=args.max_steps,
+            # From the environment, not argv: a command line is visible to every user.
+            auth_token=os.environ.get(AUTH_TOKEN_ENV) or None,
+            max_backoff_s=args.max_backoff_s, timeout_s=args.timeout_s,
+        )
+    except InferenceRejectedError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    logger.info("Runner done: %s", stats)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+def run_runner_until_signalled(**kwargs) -> None:
+    """`run_runner` for a `multiprocessing` child: SIGTERM/SIGINT stop it cleanly.
+
+    The parent stops the child with `Process.terminate()`; the round trip in flight
+    finishes and the stream closes, so the server frees the runner's slots at once.
+    """
+    stop_event = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop_event.set())
+    run_runner(stop_event=stop_event, **kwargs)
