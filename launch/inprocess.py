@@ -14,6 +14,7 @@ dataset times out within a second), then Reverb.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -68,7 +69,11 @@ class _Threads:
 
 
 def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunResult:
-    """Runs `experiment` in this process until its budget, target or time limit."""
+    """Runs `experiment` in this process until its budget, target or time limit.
+
+    Raises RuntimeError naming the component when one fails; everything started is
+    stopped in any case (each component registers its own cleanup as it starts).
+    """
     configure_tf_threads()
     import tensorflow as tf
 
@@ -83,76 +88,78 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
     make_networks = experiment.network_factory or builder.make_networks
     networks = make_networks(spec)
     policy = builder.make_policy(networks, spec, seed=experiment.seed)
-    replay = reverb.Server(builder.make_replay_tables(spec, policy), port=None)
-    replay_address = f"localhost:{replay.port}"
+    if experiment.logdir:
+        os.makedirs(experiment.logdir, exist_ok=True)
 
     stop = threading.Event()
     threads = _Threads(stop)
     counter = Counter()
     stats = EpisodeStats()
-    if experiment.logdir:
-        os.makedirs(experiment.logdir, exist_ok=True)
-    learner_logger: Logger = (
-        CSVLogger(experiment.logdir, "learner") if experiment.logdir else NoOpLogger()
-    )
-    learner = builder.make_learner(networks, replay_address, counter, learner_logger)
-    threads.start("learner", functools.partial(learner.run, stop_event=stop))
-
-    client = replay.localhost_client()
-    inference = service = None
     processes: list[multiprocessing.process.BaseProcess] = []
-    if experiment.inference == "central":
-        adder = builder.make_adder(client, experiment.num_envs, spec, policy, stop)
-        config = InferenceConfig(
-            max_envs=experiment.num_envs,
-            max_batch_size=experiment.num_envs,
-            max_wait_ms=experiment.inference_max_wait_ms,
+    with contextlib.ExitStack() as cleanup:
+        # Callbacks run in reverse: stop runners first, then inference, learner, replay.
+        replay = reverb.Server(builder.make_replay_tables(spec, policy), port=None)
+        cleanup.callback(replay.stop)
+        learner_logger: Logger = (
+            CSVLogger(experiment.logdir, "learner") if experiment.logdir else NoOpLogger()
         )
-        inference = builder.make_inference_server(policy, spec, adder, config, counter, stats)
-    if experiment.transport == "grpc":
-        service = InferenceService(inference, spec, address=experiment.inference_address,
-                                   max_runners=experiment.num_runners)
-        address = service.start()
-        processes = _start_runner_processes(experiment, address)
-    elif experiment.inference == "central":
-        for i in range(experiment.num_runners):
-            runner = EnvRunner(make_env, experiment.envs_per_runner, experiment.runner_seed(i))
-            threads.start(f"runner-{i}", functools.partial(_serve_runner, runner, inference,
-                                                           f"runner-{i}", stop))
-    else:
-        for i in range(experiment.num_runners):
-            actor = _local_actor(builder, make_networks, spec, client, learner, stop, i,
-                                 experiment.seed)
-            env = make_env(experiment.runner_seed(i))
-            loop = EnvironmentLoop(env, actor, counter=Counter(), stop_event=stop)
-            threads.start(f"actor-{i}", functools.partial(_run_actor, loop, counter, stats,
-                                                          stop))
-
-    logger = make_default_logger(
-        "train", experiment.logdir, total=experiment.max_env_steps,
-        print_every_s=experiment.log_every_s, stream=stream,
-    )
-    try:
+        cleanup.callback(learner_logger.close)
+        learner = builder.make_learner(networks, f"localhost:{replay.port}", counter,
+                                       learner_logger)
+        learner_thread = threads.start("learner", functools.partial(learner.run,
+                                                                     stop_event=stop))
+        cleanup.callback(learner_thread.join, _JOIN_TIMEOUT_S)
+        client = replay.localhost_client()
+        inference = None
+        if experiment.inference == "central":
+            adder = builder.make_adder(client, experiment.num_envs, spec, policy, stop)
+            config = InferenceConfig(
+                max_envs=experiment.num_envs,
+                max_batch_size=experiment.num_envs,
+                max_wait_ms=experiment.inference_max_wait_ms,
+            )
+            inference = builder.make_inference_server(policy, spec, adder, config, counter,
+                                                      stats)
+            cleanup.callback(inference.close)
+        cleanup.callback(_join_all, threads, exclude=learner_thread)
+        if experiment.transport == "grpc":
+            service = InferenceService(inference, spec, address=experiment.inference_address,
+                                       max_runners=experiment.num_runners)
+            address = service.start()
+            cleanup.callback(service.stop)
+            processes = _start_runner_processes(experiment, address)
+            cleanup.callback(_stop_processes, processes)
+        elif experiment.inference == "central":
+            for i in range(experiment.num_runners):
+                runner = EnvRunner(make_env, experiment.envs_per_runner,
+                                   experiment.runner_seed(i))
+                threads.start(f"runner-{i}", functools.partial(
+                    _serve_runner, runner, inference, f"runner-{i}", stop))
+        else:
+            for i in range(experiment.num_runners):
+                actor = _local_actor(builder, make_networks, spec, client, learner, stop, i,
+                                     experiment.seed)
+                env = make_env(experiment.runner_seed(i))
+                loop = EnvironmentLoop(env, actor, counter=Counter(), stop_event=stop)
+                threads.start(f"actor-{i}", functools.partial(_run_actor, loop, counter,
+                                                              stats, stop))
+        cleanup.callback(stop.set)
+        logger = make_default_logger(
+            "train", experiment.logdir, total=experiment.max_env_steps,
+            print_every_s=experiment.log_every_s, stream=stream,
+        )
+        cleanup.callback(logger.close)
         result = _monitor(experiment, counter, stats, stop, logger, processes)
-    finally:
-        stop.set()
-        _stop_processes(processes)
-        if service is not None:
-            service.stop()
-        for thread in threads.threads:
-            if thread.name != "learner":
-                thread.join(_JOIN_TIMEOUT_S)
-        if inference is not None:
-            inference.close()
-        for thread in threads.threads:
-            thread.join(_JOIN_TIMEOUT_S)
-        replay.stop()
-        logger.close()
-        learner_logger.close()
     if threads.errors:
         name, error, trace = threads.errors[0]
         raise RuntimeError(f"{name} failed: {error!r}\n{trace}") from error
     return result
+
+
+def _join_all(threads: _Threads, exclude: threading.Thread) -> None:
+    for thread in threads.threads:
+        if thread is not exclude:
+            thread.join(_JOIN_TIMEOUT_S)
 
 
 def _start_runner_processes(

@@ -320,3 +320,23 @@ def test_entropy_loss():
     assert both.numpy() == pytest.approx((-math.log(2.0) + neg_h1) / 2.0, rel=1e-5)
     only_second = losses.entropy_loss(logits, mask=[[0.0], [1.0]])
     assert only_second.numpy() == pytest.approx(neg_h1, rel=1e-5)
+
+
+def test_clipped_surrogate_clips_ratios_in_the_direction_of_the_advantage():
+    from seed_agents.agents.vtrace.losses import clipped_surrogate_loss
+
+    ratios = np.array([[0.5, 1.5, 1.1, 0.9]], np.float32)
+    advantages = np.array([[1.0, 1.0, -2.0, -2.0]], np.float32)
+    log_rhos = tf.Variable(np.log(ratios))
+    with tf.GradientTape() as tape:
+        loss = clipped_surrogate_loss(log_rhos, advantages, 0.2)
+    # min(r*A, clip(r)*A): 0.5*1 (unclipped, below), 1.2*1 (clipped above),
+    # 1.1*-2 (unclipped), 0.9*-2 (unclipped): the mean is the negated loss.
+    expected = -(0.5 + 1.2 - 2.2 - 1.8) / 4
+    np.testing.assert_allclose(loss.numpy(), expected, rtol=1e-6)
+    grad = tape.gradient(loss, log_rhos).numpy()[0]
+    assert grad[1] == 0.0  # a clipped ratio passes no gradient
+    assert grad[0] != 0.0 and grad[2] != 0.0
+    masked = clipped_surrogate_loss(log_rhos, advantages, 0.2,
+                                    np.array([[1, 1, 0, 0]], np.float32))
+    np.testing.assert_allclose(masked.numpy(), -(0.5 + 1.2) / 2, rtol=1e-6)

@@ -50,10 +50,14 @@ def test_config_validation_explains_itself():
         VTraceConfig(unroll_length=0)
 
 
-@pytest.mark.parametrize("lstm_size", [None, 8])
-def test_learner_trains_on_unrolls_served_by_central_inference(lstm_size):
+@pytest.mark.parametrize("options", [
+    {},
+    {"lstm_size": 8},
+    {"separate_value_torso": True, "ppo_clip": 0.2, "sgd_steps_per_batch": 2},
+])
+def test_learner_trains_on_unrolls_served_by_central_inference(options):
     config = VTraceConfig(unroll_length=5, batch_size=4, queue_size=32, hidden_sizes=(16,),
-                          lstm_size=lstm_size)
+                          **options)
     builder = VTraceBuilder(config)
     make_env = environment_factory("fake:obs=4,len=7")
     spec = make_environment_spec(make_env(0))

@@ -95,12 +95,15 @@ class VTraceLearner(core.Learner):
             clip_c_threshold=c.clip_c_threshold,
             lambda_=c.vtrace_lambda,
         )
-        advantages = returns.pg_advantages
-        if c.normalize_advantages:
-            mean = losses.masked_mean(advantages, mask)
-            std = tf.sqrt(losses.masked_mean(tf.square(advantages - mean), mask))
-            advantages = (advantages - mean) / (std + 1e-6)
-        pg_loss = losses.policy_gradient_loss(target_logits, actions, advantages, mask)
+        if c.ppo_clip is None:
+            pg_loss = losses.policy_gradient_loss(
+                target_logits, actions, returns.pg_advantages, mask
+            )
+        else:
+            # APPO: V-trace value targets, PPO's clipped surrogate for the policy.
+            vs_next = tf.concat([returns.vs[1:], values[-1:]], axis=0)
+            advantages = rewards + discounts * vs_next - values[:-1]
+            pg_loss = losses.clipped_surrogate_loss(log_rhos, advantages, c.ppo_clip, mask)
         baseline_loss = losses.baseline_loss(returns.vs, values[:-1], mask)
         entropy_loss = losses.entropy_loss(target_logits, mask)
         loss = pg_loss + c.baseline_cost * baseline_loss + c.entropy_cost * entropy_loss

@@ -72,3 +72,24 @@ def entropy_loss(logits: tf.Tensor, mask: tf.Tensor | None = None) -> tf.Tensor:
     log_probs = tf.nn.log_softmax(logits, axis=-1)
     neg_entropy = tf.reduce_sum(tf.exp(log_probs) * log_probs, axis=-1)
     return masked_mean(neg_entropy, mask)
+
+
+def clipped_surrogate_loss(
+    log_rhos: tf.Tensor,
+    advantages: tf.Tensor,
+    epsilon: float,
+    mask: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """PPO's clipped objective over importance ratios pi/mu, as in APPO.
+
+    `log_rhos` [T, B] must carry the gradient of the learner's log-probabilities; the
+    advantages are constants. The clip stops the policy from moving far from the one that
+    acted within one batch, which makes several gradient steps per batch safe.
+    """
+    ratio = tf.exp(log_rhos)
+    advantages = tf.stop_gradient(advantages)
+    surrogate = tf.minimum(
+        ratio * advantages,
+        tf.clip_by_value(ratio, 1.0 - epsilon, 1.0 + epsilon) * advantages,
+    )
+    return -masked_mean(surrogate, mask)

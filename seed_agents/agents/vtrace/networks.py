@@ -50,8 +50,6 @@ class PolicyValueNetwork(tf.Module):
         super().__init__(name=name)
         if torso not in TORSOS:
             raise ValueError(f"torso must be one of {sorted(TORSOS)}, got {torso!r}.")
-        if separate_value_torso and lstm_size:
-            raise ValueError("separate_value_torso is for feed-forward networks (no lstm_size).")
         self.num_actions = num_actions
         self.lstm_size = lstm_size
         with self.name_scope:
@@ -64,7 +62,9 @@ class PolicyValueNetwork(tf.Module):
             # returns, from swamping the policy's features.
             self._value_torso = [
                 tf.keras.layers.Dense(size, activation="relu", name=f"value_torso_{i}")
-                for i, size in enumerate(hidden_sizes if separate_value_torso else ())
+                for i, size in enumerate(
+                    hidden_sizes if separate_value_torso and not lstm_size else ()
+                )
             ]
             self._core = tf.keras.layers.LSTMCell(lstm_size, name="core") if lstm_size else None
             self._policy_head = tf.keras.layers.Dense(num_actions, name="policy")
