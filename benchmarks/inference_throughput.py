@@ -92,14 +92,22 @@ def _local_actor(env_id, torso, hidden, seed, start, end, results):
     results.put((steps, []))
 
 
-def _collect(processes, results, n):
-    out = [results.get(timeout=600) for _ in range(n)]
+def _spawn_and_collect(target, args_per_process):
+    """Runs `target(*args, results)` in spawned processes; returns what each puts."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    processes = [context.Process(target=target, args=(*args, results))
+                 for args in args_per_process]
+    for p in processes:
+        p.start()
+    out = [results.get(timeout=600) for _ in processes]
     for p in processes:
         p.join(30)
     return out
 
 
-def measure_central(env_id, torso, hidden, runners, k, warmup_s, duration_s, max_wait_ms):
+def measure_central(env_id, torso, hidden, runners, k, warmup_s, duration_s, max_wait_ms,
+                    address="127.0.0.1:0"):
     from seed_agents.agents.vtrace.acting import VTracePolicy
     from seed_agents.agents.vtrace.networks import PolicyValueNetwork
     from seed_agents.envs import make_environment
@@ -113,19 +121,13 @@ def measure_central(env_id, torso, hidden, runners, k, warmup_s, duration_s, max
     config = InferenceConfig(max_envs=runners * k, max_batch_size=runners * k,
                              max_wait_ms=max_wait_ms)
     server = InferenceServer(policy, spec, adder=None, config=config)
-    service = InferenceService(server, spec, max_runners=runners)
+    service = InferenceService(server, spec, address=address, max_runners=runners)
     address = service.start()
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
     start = time.monotonic() + 5.0 + warmup_s  # spawned processes need a few seconds
     end = start + duration_s
-    processes = [context.Process(target=_central_runner,
-                                 args=(address, env_id, k, i, start, end, results))
-                 for i in range(runners)]
-    for p in processes:
-        p.start()
     try:
-        out = _collect(processes, results, runners)
+        out = _spawn_and_collect(_central_runner, [(address, env_id, k, i, start, end)
+                                                   for i in range(runners)])
     finally:
         service.stop()
         server.close()
@@ -140,16 +142,10 @@ def measure_central(env_id, torso, hidden, runners, k, warmup_s, duration_s, max
 
 
 def measure_local(env_id, torso, hidden, actors, warmup_s, duration_s):
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
     start = time.monotonic() + 8.0 + warmup_s  # each actor imports TensorFlow
     end = start + duration_s
-    processes = [context.Process(target=_local_actor,
-                                 args=(env_id, torso, hidden, i, start, end, results))
-                 for i in range(actors)]
-    for p in processes:
-        p.start()
-    out = _collect(processes, results, actors)
+    out = _spawn_and_collect(_local_actor, [(env_id, torso, hidden, i, start, end)
+                                            for i in range(actors)])
     return {"obs_per_s": sum(s for s, _ in out) / duration_s}
 
 
@@ -161,16 +157,18 @@ def main() -> None:
     parser.add_argument("--warmup-s", type=float, default=3.0)
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
+    parser.add_argument("--address", default="127.0.0.1:0",
+                        help="service address: host:port, or unix:/path for a Unix socket")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from seed_agents.utils.tf_threads import configure_tf_threads
 
     configure_tf_threads(2, 1)
     mlp = measure_central(MLP_ENV, "mlp", (64, 64), args.runners, args.mlp_envs,
-                          args.warmup_s, args.duration_s, args.max_wait_ms)
+                          args.warmup_s, args.duration_s, args.max_wait_ms, args.address)
     print(f"central MLP: {mlp}", flush=True)
     cnn = measure_central(CNN_ENV, "nature_cnn", (512,), args.runners, args.cnn_envs,
-                          args.warmup_s, args.duration_s, args.max_wait_ms)
+                          args.warmup_s, args.duration_s, args.max_wait_ms, args.address)
     print(f"central CNN: {cnn}", flush=True)
     local = measure_local(CNN_ENV, "nature_cnn", (512,), args.runners, args.warmup_s,
                           args.duration_s)
@@ -190,7 +188,7 @@ def main() -> None:
         "cnn_mean_batch": round(cnn["mean_batch"], 1),
         "config": {"runners": args.runners, "mlp_envs_per_runner": args.mlp_envs,
                    "cnn_envs_per_runner": args.cnn_envs, "duration_s": args.duration_s,
-                   "max_wait_ms": args.max_wait_ms},
+                   "max_wait_ms": args.max_wait_ms, "address": args.address},
     }))
 
 
