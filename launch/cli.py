@@ -5,19 +5,23 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from builders.base import AgentBuilder
-from builders.vtrace import VTraceBuilder
-from launch.experiment import Experiment
-from launch.inprocess import run_inprocess
-from seed_agents.agents.vtrace.config import VTraceConfig
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is first imported
+
+from builders.base import AgentBuilder  # noqa: E402
+from builders.vtrace import VTraceBuilder  # noqa: E402
+from launch.experiment import Experiment  # noqa: E402
+from launch.inprocess import run_inprocess  # noqa: E402
+from launch.local_mp import run_local_mp  # noqa: E402
+from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
 
 AGENTS: dict[str, tuple[type, type]] = {"vtrace": (VTraceBuilder, VTraceConfig)}
-BACKENDS = {"inprocess": run_inprocess}
+BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp}
 
 
 def parse_overrides(config_type: type, overrides: Sequence[str]) -> Any:
@@ -73,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="environment id: gym:<gymnasium id> or fake:key=value,... "
                             "(default: gym:CartPole-v1)")
     train.add_argument("--backend", choices=sorted(BACKENDS), default="inprocess",
-                       help="where components run (default: inprocess)")
+                       help="where components run: inprocess (threads), local_mp (a process "
+                            "per node), ray (Ray actors) (default: inprocess)")
     train.add_argument("--inference", choices=["central", "local"], default="central",
                        help="central batched inference (SEED) or a policy copy per actor")
     train.add_argument("--transport", choices=["direct", "grpc"], default="direct",
@@ -86,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--envs-per-runner", type=int, default=16,
                        help="environments each runner steps in lockstep")
     train.add_argument("--steps", type=int, default=500_000, help="env step budget")
+    train.add_argument("--evaluate-every-s", type=float, default=5.0,
+                       help="distributed backends: seconds between greedy evaluation "
+                            "episodes (0 disables the evaluator)")
     train.add_argument("--seed", type=int, default=0, help="base random seed")
     train.add_argument("--target-return", type=float, default=None,
                        help="stop once the mean return of the last 100 episodes reaches this")
@@ -117,6 +125,7 @@ def train(args: argparse.Namespace) -> int:
             target_return=args.target_return,
             max_wall_s=args.max_wall_s,
             logdir=logdir,
+            evaluate_every_s=args.evaluate_every_s or None,
         )
     except (ValueError, TypeError) as error:
         print(f"seed-agents: error: {error}", file=sys.stderr)
@@ -124,7 +133,11 @@ def train(args: argparse.Namespace) -> int:
     print(f"Training {args.agent} on {args.env} ({args.backend}, {experiment.num_envs} envs, "
           f"{args.inference} inference, {args.transport} transport); logs in {logdir}",
           flush=True)
-    result = BACKENDS[args.backend](experiment)
+    try:
+        result = BACKENDS[args.backend](experiment)
+    except KeyboardInterrupt:
+        print("seed-agents: interrupted; every node was stopped.", file=sys.stderr)
+        return 130
     print(result.summary(), flush=True)
     return 0
 

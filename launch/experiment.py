@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from builders.base import AgentBuilder
 from seed_agents.envs.registry import EnvironmentFactory
-from seed_agents.specs import EnvironmentSpec
+
+if TYPE_CHECKING:  # builders import TensorFlow; runner processes import this module
+    from builders.base import AgentBuilder
+    from seed_agents.specs import EnvironmentSpec
 
 
 @dataclasses.dataclass
@@ -35,6 +37,9 @@ class Experiment:
         free port; "unix:/path" for same-host runners).
       inference_max_wait_ms: longest a runner's request waits for others to join a batch.
       log_every_s: seconds between progress lines.
+      evaluate_every_s: distributed backends run an evaluator node that plays one greedy
+        episode with the learner's latest variables this often; None runs none.
+      learner_gpus: GPUs a cluster backend reserves for the learner node.
     """
 
     builder: AgentBuilder
@@ -52,6 +57,8 @@ class Experiment:
     inference_address: str = "127.0.0.1:0"
     inference_max_wait_ms: float = 2.0
     log_every_s: float = 1.0
+    evaluate_every_s: float | None = 5.0
+    learner_gpus: float = 0.0
 
     def __post_init__(self):
         if self.num_runners < 1:
@@ -96,6 +103,7 @@ class RunResult:
     solved_env_steps: int | None = None
     solved_wall_s: float | None = None
     stop_reason: str = ""
+    restarts: int = 0
 
     def summary(self) -> str:
         lines = [
@@ -111,5 +119,7 @@ class RunResult:
                 f"target return reached after {self.solved_env_steps:,} env steps, "
                 f"{self.solved_wall_s:.1f} s"
             )
+        if self.restarts:
+            lines.append(f"runner restarts: {self.restarts}")
         lines.append(f"logs: {self.logdir or '(terminal only)'}")
         return "\n".join(lines)

@@ -20,7 +20,6 @@ import multiprocessing
 import os
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from typing import TextIO
@@ -29,6 +28,7 @@ import numpy as np
 import reverb
 
 from launch.experiment import Experiment, RunResult
+from launch.limiter import StepLimiter
 from seed_agents.environment_loop import EnvironmentLoop
 from seed_agents.envs.registry import environment_factory
 from seed_agents.inference.batcher import BatcherClosedError
@@ -37,11 +37,10 @@ from seed_agents.inference.runner import EnvRunner
 from seed_agents.inference.runner_process import run_runner_until_signalled
 from seed_agents.inference.server import EpisodeStats, InferenceConfig
 from seed_agents.specs import make_environment_spec
-from seed_agents.utils.counting import Counter, RateTracker
+from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import CSVLogger, Logger, NoOpLogger, make_default_logger
 from seed_agents.utils.tf_threads import configure_tf_threads
 
-_POLL_S = 0.05
 _JOIN_TIMEOUT_S = 30.0
 
 
@@ -149,7 +148,18 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
             print_every_s=experiment.log_every_s, stream=stream,
         )
         cleanup.callback(logger.close)
-        result = _monitor(experiment, counter, stats, stop, logger, processes)
+        def status() -> dict:
+            counts = counter.get_counts()
+            return {**stats.summary(), "env_steps": counts.get("env_steps", 0),
+                    "learner_steps": counts.get("learner_steps", 0)}
+
+        def failure() -> str | None:
+            dead = [p.name for p in processes if p.exitcode not in (None, 0)]
+            if dead:
+                return f"runner process(es) {', '.join(dead)} failed"
+            return "a component failed" if stop.is_set() else None
+
+        result = StepLimiter(experiment, status, logger).run(failure, stop.wait)
     if threads.errors:
         name, error, trace = threads.errors[0]
         raise RuntimeError(f"{name} failed: {error!r}\n{trace}") from error
@@ -220,64 +230,3 @@ def _run_actor(loop: EnvironmentLoop, counter: Counter, stats: EpisodeStats,
         if not stop.is_set():
             stats.record(np.array([result["episode_return"]]),
                          np.array([result["episode_length"]]))
-
-
-def _monitor(experiment: Experiment, counter: Counter, stats: EpisodeStats,
-             stop: threading.Event, logger: Logger,
-             processes: list[multiprocessing.process.BaseProcess]) -> RunResult:
-    start = time.monotonic()
-    rate = RateTracker(window_s=5.0)
-    next_log = start
-    solved_steps = solved_wall = None
-    reason = "stopped"
-    while True:
-        stopped = stop.wait(_POLL_S)
-        now = time.monotonic()
-        env_steps = int(counter.get_counts().get("env_steps", 0))
-        summary = stats.summary()
-        steps_per_s = rate.update(env_steps, now)
-        if (solved_steps is None and experiment.target_return is not None
-                and summary["window_episodes"] >= 100
-                and summary["mean_return"] >= experiment.target_return):
-            solved_steps, solved_wall = env_steps, now - start
-        dead = [p.name for p in processes if p.exitcode not in (None, 0)]
-        if stopped:
-            reason = "a component failed"
-        elif dead:
-            reason = f"runner process(es) {', '.join(dead)} failed"
-        elif env_steps >= experiment.max_env_steps:
-            reason = f"step budget of {experiment.max_env_steps:,} env steps reached"
-        elif solved_steps is not None:
-            reason = f"target return {experiment.target_return} reached"
-        elif experiment.max_wall_s is not None and now - start >= experiment.max_wall_s:
-            reason = f"wall-time limit of {experiment.max_wall_s:g} s reached"
-        else:
-            reason = ""
-        if now >= next_log or reason:
-            counts = counter.get_counts()
-            logger.write({
-                "env_steps": env_steps,
-                "episodes": summary["episodes"],
-                "mean_return": summary["mean_return"],
-                "steps_per_s": steps_per_s,
-                "learner_steps": int(counts.get("learner_steps", 0)),
-                "wall_s": now - start,
-            })
-            next_log = now + experiment.log_every_s
-        if reason:
-            break
-    wall = time.monotonic() - start
-    counts = counter.get_counts()
-    summary = stats.summary()
-    return RunResult(
-        env_steps=env_steps,
-        episodes=summary["episodes"],
-        mean_return=summary["mean_return"],
-        wall_s=wall,
-        learner_steps=int(counts.get("learner_steps", 0)),
-        steps_per_s=env_steps / wall if wall > 0 else 0.0,
-        logdir=experiment.logdir,
-        solved_env_steps=solved_steps,
-        solved_wall_s=solved_wall,
-        stop_reason=reason,
-    )

@@ -1,0 +1,88 @@
+"""The step limiter: watches a running program, logs its progress, and says when to stop.
+
+Every backend runs one in its driver. It reads a status dict (env steps, episodes, mean
+return over the last 100 episodes, learner steps) from wherever the backend keeps it (a
+counter in process, the learner's control service elsewhere), and stops at the step
+budget, the target return, the wall-time limit, or a failure the backend reports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from launch.experiment import Experiment, RunResult
+from seed_agents.utils.counting import RateTracker
+from seed_agents.utils.loggers import Logger
+
+Status = Callable[[], dict[str, Any]]
+
+
+class StepLimiter:
+    def __init__(self, experiment: Experiment, status: Status, logger: Logger,
+                 poll_s: float = 0.05):
+        self._experiment = experiment
+        self._status = status
+        self._logger = logger
+        self._poll_s = poll_s
+
+    def run(self, failure: Callable[[], str | None], wait: Callable[[float], Any]) -> RunResult:
+        """Polls until done; `failure()` returns a reason to stop early, `wait(s)` sleeps.
+
+        `wait` is the backend's stop event's `wait`, so a stop request ends a poll at once.
+        """
+        experiment = self._experiment
+        start = time.monotonic()
+        rate = RateTracker(window_s=5.0)
+        next_log = start
+        solved_steps = solved_wall = None
+        status: dict[str, Any] = {}
+        while True:
+            wait(self._poll_s)
+            now = time.monotonic()
+            status = self._status() or status
+            env_steps = int(status.get("env_steps", 0))
+            steps_per_s = rate.update(env_steps, now)
+            if (solved_steps is None and experiment.target_return is not None
+                    and status.get("window_episodes", 0) >= 100
+                    and status["mean_return"] >= experiment.target_return):
+                solved_steps, solved_wall = env_steps, now - start
+            reason = failure() or self._done(env_steps, solved_steps, now - start)
+            if now >= next_log or reason:
+                self._logger.write({
+                    "env_steps": env_steps,
+                    "episodes": status.get("episodes", 0),
+                    "mean_return": status.get("mean_return", float("nan")),
+                    "steps_per_s": steps_per_s,
+                    "learner_steps": int(status.get("learner_steps", 0)),
+                    "wall_s": now - start,
+                    **{k: v for k, v in status.items() if k.startswith("restarts")},
+                })
+                next_log = now + experiment.log_every_s
+            if reason:
+                break
+        wall = time.monotonic() - start
+        return RunResult(
+            env_steps=env_steps,
+            episodes=int(status.get("episodes", 0)),
+            mean_return=float(status.get("mean_return", float("nan"))),
+            wall_s=wall,
+            learner_steps=int(status.get("learner_steps", 0)),
+            steps_per_s=env_steps / wall if wall > 0 else 0.0,
+            logdir=experiment.logdir,
+            solved_env_steps=solved_steps,
+            solved_wall_s=solved_wall,
+            stop_reason=reason,
+            restarts=int(status.get("restarts", 0)),
+        )
+
+    def _done(self, env_steps: int, solved_steps: int | None, elapsed: float) -> str:
+        experiment = self._experiment
+        if env_steps >= experiment.max_env_steps:
+            return f"step budget of {experiment.max_env_steps:,} env steps reached"
+        if solved_steps is not None:
+            return f"target return {experiment.target_return} reached"
+        if experiment.max_wall_s is not None and elapsed >= experiment.max_wall_s:
+            return f"wall-time limit of {experiment.max_wall_s:g} s reached"
+        return ""

@@ -1,0 +1,142 @@
+"""The local multi-process backend: real processes, real gRPC, real Reverb."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from builders.vtrace import VTraceBuilder
+from launch.experiment import Experiment
+from launch.local_mp import NodeFailedError, run_local_mp
+from seed_agents.agents.vtrace.config import VTraceConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = VTraceConfig(unroll_length=5, batch_size=4, queue_size=16, hidden_sizes=(16,))
+
+
+def _experiment(logdir: Path, steps: int, **kwargs) -> Experiment:
+    return Experiment(builder=VTraceBuilder(SMALL), environment="gym:CartPole-v1",
+                      num_runners=2, envs_per_runner=4, max_env_steps=steps,
+                      logdir=str(logdir), log_every_s=0.5, evaluate_every_s=0.5, **kwargs)
+
+
+def _pids(logdir: Path) -> dict[str, int]:
+    return json.loads((logdir / "nodes.json").read_text())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers signal 0; its state in /proc says it is gone.
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "\tZ" not in status.read_text().split("State:")[1][:4]
+
+
+def _env_steps(logdir: Path) -> int:
+    path = logdir / "train.csv"
+    if not path.exists():
+        return 0
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    return int(float(rows[-1]["env_steps"])) if rows else 0
+
+
+def _run_in_thread(experiment: Experiment):
+    outcome: dict = {}
+
+    def target():
+        try:
+            outcome["result"] = run_local_mp(experiment, stream=io.StringIO())
+        except BaseException as error:  # noqa: BLE001 - checked by the test
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, outcome
+
+
+def _wait_for_progress(logdir: Path, steps: int, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _env_steps(logdir) < steps:
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.2)
+
+
+def test_program_runs_as_processes_with_logs_and_evaluation(tmp_path):
+    stream = io.StringIO()
+    result = run_local_mp(_experiment(tmp_path, 4_000), stream=stream)
+    assert result.env_steps >= 4_000 and result.learner_steps > 0
+    assert "budget" in result.stop_reason
+    for node in ("replay", "learner", "runner-0", "runner-1", "evaluator"):
+        assert (tmp_path / "logs" / f"{node}.log").exists()
+    assert (tmp_path / "learner.csv").exists() and (tmp_path / "train.csv").exists()
+    assert "[replay] " in stream.getvalue()
+    assert not any(_alive(pid) for pid in _pids(tmp_path).values())
+
+
+def test_a_killed_runner_is_restarted_and_training_continues(tmp_path):
+    thread, outcome = _run_in_thread(_experiment(tmp_path, 30_000))
+    _wait_for_progress(tmp_path, 2_000)
+    os.kill(_pids(tmp_path)["runner-0"], signal.SIGKILL)
+    thread.join(180)
+    assert "error" not in outcome, outcome.get("error")
+    result = outcome["result"]
+    assert result.restarts >= 1
+    assert result.env_steps >= 30_000 and "budget" in result.stop_reason
+    assert not any(_alive(pid) for pid in _pids(tmp_path).values())
+
+
+def test_a_dead_learner_stops_the_program_with_a_clear_error(tmp_path):
+    thread, outcome = _run_in_thread(_experiment(tmp_path, 10**9))
+    _wait_for_progress(tmp_path, 1_000)
+    os.kill(_pids(tmp_path)["learner"], signal.SIGKILL)
+    thread.join(120)
+    error = outcome.get("error")
+    assert isinstance(error, NodeFailedError)
+    assert "learner died" in str(error) and "learner.log" in str(error)
+    assert not any(_alive(pid) for pid in _pids(tmp_path).values())
+
+
+def test_ctrl_c_stops_every_node_within_ten_seconds(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "launch.cli", "train", "--backend", "local_mp",
+         "--runners", "2", "--envs-per-runner", "4", "--steps", "100000000",
+         "--logdir", str(tmp_path), "--set", "unroll_length=5", "--set", "batch_size=4",
+         "--set", "queue_size=16"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        _wait_for_progress(tmp_path, 1_000)
+        pids = _pids(tmp_path)
+        process.send_signal(signal.SIGINT)
+        start = time.monotonic()
+        output, _ = process.communicate(timeout=30)
+        assert time.monotonic() - start < 15.0
+        assert process.returncode == 130, output[-2000:]
+        assert "interrupted" in output
+        deadline = time.monotonic() + 5
+        while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(pid) for pid in pids.values())
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.parametrize("field", ["num_runners"])
+def test_local_mp_uses_the_same_experiment_validation(field):
+    with pytest.raises(ValueError, match=field):
+        Experiment(VTraceBuilder(SMALL), "gym:CartPole-v1", **{field: 0})
