@@ -135,7 +135,7 @@ class _Supervisor:
 
     def start_all(self) -> None:
         for node in self._program.nodes:
-            self._wait_for(node.needs)
+            self.wait_for(node.needs)
             self._start(node)
         self._write_pids()
 
@@ -150,7 +150,7 @@ class _Supervisor:
         process.start()
         self.processes[node.name] = process
 
-    def _wait_for(self, keys: tuple[str, ...]) -> None:
+    def wait_for(self, keys: tuple[str, ...]) -> None:
         deadline = time.monotonic() + _START_TIMEOUT_S
         while not set(keys) <= set(self.addresses):
             self._drain_published(timeout_s=0.1)
@@ -237,6 +237,7 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
         cleanup.callback(console.close)
         cleanup.callback(supervisor.stop_all)
         supervisor.start_all()
+        supervisor.wait_for(("control",))
         control = ControlClient(supervisor.addresses["control"])
         cleanup.callback(control.close)
         logger = make_default_logger("train", str(run_dir), total=experiment.max_env_steps,

@@ -25,9 +25,10 @@ SMALL = VTraceConfig(unroll_length=5, batch_size=4, queue_size=16, hidden_sizes=
 
 
 def _experiment(logdir: Path, steps: int, **kwargs) -> Experiment:
+    settings = dict(num_runners=2, envs_per_runner=4, log_every_s=0.5, evaluate_every_s=0.5)
+    settings.update(kwargs)
     return Experiment(builder=VTraceBuilder(SMALL), environment="gym:CartPole-v1",
-                      num_runners=2, envs_per_runner=4, max_env_steps=steps,
-                      logdir=str(logdir), log_every_s=0.5, evaluate_every_s=0.5, **kwargs)
+                      max_env_steps=steps, logdir=str(logdir), **settings)
 
 
 def _pids(logdir: Path) -> dict[str, int]:
@@ -86,7 +87,8 @@ def test_program_runs_as_processes_with_logs_and_evaluation(tmp_path):
 
 
 def test_a_killed_runner_is_restarted_and_training_continues(tmp_path):
-    thread, outcome = _run_in_thread(_experiment(tmp_path, 30_000))
+    # No evaluator here: the launcher must still wait for the learner's control service.
+    thread, outcome = _run_in_thread(_experiment(tmp_path, 30_000, evaluate_every_s=None))
     _wait_for_progress(tmp_path, 2_000)
     os.kill(_pids(tmp_path)["runner-0"], signal.SIGKILL)
     thread.join(180)

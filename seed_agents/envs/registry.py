@@ -153,7 +153,9 @@ def _validate_gym(gym_id: str) -> None:
 def _make_gym(gym_id: str, seed: int | None) -> dm_env.Environment:
     _validate_gym(gym_id)
     # gymnasium's own wrappers (TimeLimit included) stay on: CartPole-v1 truncates at 500.
-    return GymToDmEnv(gymnasium.make(gym_id), seed=seed)
+    # The passive checker validates the first steps only but stays a wrapper layer on
+    # every step of a hot loop; the adapter checks spaces itself.
+    return GymToDmEnv(gymnasium.make(gym_id, disable_env_checker=True), seed=seed)
 
 
 # --- fake: ------------------------------------------------------------------------------
