@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import os
 import sys
 import time
@@ -18,10 +19,11 @@ from builders.vtrace import VTraceBuilder  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
 from launch.inprocess import run_inprocess  # noqa: E402
 from launch.local_mp import run_local_mp  # noqa: E402
+from launch.ray_backend import run_ray  # noqa: E402 - imports Ray only when run
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
 
 AGENTS: dict[str, tuple[type, type]] = {"vtrace": (VTraceBuilder, VTraceConfig)}
-BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp}
+BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
 
 
 def parse_overrides(config_type: type, overrides: Sequence[str]) -> Any:
@@ -87,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--inference-address", default="127.0.0.1:0",
                        help="where the gRPC inference service listens (host:port or "
                             "unix:/path; default: 127.0.0.1 on a free port)")
+    train.add_argument("--ray-address", default=None,
+                       help="ray backend: the cluster to join (\"auto\", host:port or "
+                            "ray://host:10001); default: start a local Ray for this run")
+    train.add_argument("--learner-gpus", type=float, default=0.0,
+                       help="GPUs a cluster backend (ray) reserves for the learner (default: 0)")
     train.add_argument("--runners", type=int, default=4, help="environment runners")
     train.add_argument("--envs-per-runner", type=int, default=16,
                        help="environments each runner steps in lockstep")
@@ -126,6 +133,7 @@ def train(args: argparse.Namespace) -> int:
             max_wall_s=args.max_wall_s,
             logdir=logdir,
             evaluate_every_s=args.evaluate_every_s or None,
+            learner_gpus=args.learner_gpus,
         )
     except (ValueError, TypeError) as error:
         print(f"seed-agents: error: {error}", file=sys.stderr)
@@ -134,7 +142,10 @@ def train(args: argparse.Namespace) -> int:
           f"{args.inference} inference, {args.transport} transport); logs in {logdir}",
           flush=True)
     try:
-        result = BACKENDS[args.backend](experiment)
+        run = BACKENDS[args.backend]
+        if args.backend == "ray":
+            run = functools.partial(run, address=args.ray_address)
+        result = run(experiment)
     except KeyboardInterrupt:
         print("seed-agents: interrupted; every node was stopped.", file=sys.stderr)
         return 130

@@ -1,0 +1,427 @@
+"""The Ray backend: one Ray actor per node of the program, on one machine or a cluster.
+
+The same program as `local_mp` (replay -> learner -> runners -> evaluator), the same step
+limiter and the same `RunResult`; what changes is who places and restarts the nodes.
+
+- Placement: each node is an actor reserving `node.num_cpus` CPUs and `node.num_gpus`
+  GPUs (the learner asks for `experiment.learner_gpus`). Runners use the SPREAD strategy,
+  so on a cluster they go to different machines; the other nodes use Ray's default. A
+  node whose resources the cluster lacks waits for them, and the start fails clearly
+  after 180 s (a warning is printed up front when the cluster is too small).
+- Addresses: servers bind the actor's node IP (`ray.util.get_node_ip_address()`), so
+  nodes on other machines reach them. The driver itself reads the learner's control
+  service over gRPC, so it must reach the cluster's node IPs too (also with `ray://`).
+- Failures: runners are restartable actors (`max_restarts=-1`): Ray restarts a runner
+  whose process dies, its `__init__` starts the node again, and the driver counts the
+  restart when the runner's process changes (checked every 0.5 s: two restarts between
+  checks count once). A runner whose `main` raises exits its process after 1 s so that
+  Ray restarts it (Ray restarts only dead processes); unlike `local_mp` there is no
+  exponential backoff, a new worker's start-up (seconds) throttles a crash loop. A vital
+  node (replay, learner, evaluator) that dies or raises stops the program with
+  `NodeFailedError`. What a runner restart loses: its episodes in progress.
+- Stopping (budget reached, Ctrl-C, an error): runners, evaluator, learner, then replay
+  are asked to stop (10 s in all), then every actor is killed without restart.
+- Logs: each node writes its CSV files to `experiment.logdir`, made absolute; on a
+  cluster each machine writes its own copy there (the directory must be writable on
+  every machine). Ray forwards the nodes' console output to the driver, prefixed with the
+  node's name and pid (Ray folds repeated lines; RAY_DEDUP_LOGS=0 keeps them all).
+  `<logdir>/nodes.json` lists each node's pid and node IP, updated on restarts.
+- Clusters: every machine needs this package and its dependencies installed (no code
+  is shipped). Ray 2.60 turns token authentication on by default; a driver that joins a
+  cluster by address needs `RAY_AUTH_MODE=token` and the cluster's token (`RAY_AUTH_TOKEN`
+  or ~/.ray/auth_token) in its environment before Ray is imported, as every node does.
+- Names: actors are named `f"{run_name}-{node.name}"` in the namespace `NAMESPACE`, so
+  `ray.get_actor` finds them (run_name defaults to the logdir's name; two live runs on
+  one cluster need different names).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, TextIO
+
+from launch.experiment import Experiment, RunResult
+from launch.limiter import StepLimiter
+from launch.local_mp import NodeFailedError
+from launch.nodes import make_program
+from launch.program import Node, NodeContext, Program, make_handles
+from seed_agents.utils.loggers import make_default_logger
+
+NAMESPACE = "seed-agents"
+_START_TIMEOUT_S = 180.0
+_STOP_TIMEOUT_S = 10.0
+_HEALTH_EVERY_S = 0.5
+_CRASH_EXIT_DELAY_S = 1.0
+_STOP_ORDER = ("runner", "evaluator", "learner", "replay")
+# stop/info/published must answer while the node's main blocks in its own thread.
+_MAX_CONCURRENCY = 4
+
+
+class NodeActor:
+    """Runs one node's `main` in a background thread of a Ray actor.
+
+    `main` starts in `__init__`, so an actor that Ray restarts runs its node again by
+    itself. The stop event, the published addresses and a crash's traceback live in the
+    actor: a restart loses them (the addresses a runner needs stay in its arguments).
+    """
+
+    def __init__(self, node: Node, handles: dict[str, Any], logdir: str | None):
+        import ray
+
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before a node imports TF
+        self._node = node
+        self._node_ip = ray.util.get_node_ip_address()
+        self._lock = threading.Lock()
+        self._published: dict[str, str] = {}
+        self._error: str | None = None
+        self._stop = threading.Event()
+        context = NodeContext(
+            name=node.name,
+            handles=handles,
+            bind_host=self._node_ip,
+            stop_event=self._stop,
+            publish=self._publish,
+            logdir=logdir,
+        )
+        self._thread = threading.Thread(target=self._run, args=(context,), name=node.name,
+                                        daemon=True)
+        self._thread.start()
+
+    def __repr__(self) -> str:
+        # Ray prefixes the actor's forwarded output with this instead of the class name.
+        node = getattr(self, "_node", None)
+        return node.name if node is not None else "NodeActor"
+
+    def _publish(self, key: str, address: str) -> None:
+        with self._lock:
+            self._published[key] = address
+
+    def _run(self, context: NodeContext) -> None:
+        try:
+            self._node.main(context, **self._node.kwargs)
+            if not self._stop.is_set():
+                raise RuntimeError(f"{self._node.name} returned before it was asked to stop")
+        except BaseException:  # noqa: BLE001 - reported through info()
+            self._error = traceback.format_exc()
+            print(f"{self._node.name} failed:\n{self._error}", file=sys.stderr, flush=True)
+            if self._node.restartable and not self._stop.wait(_CRASH_EXIT_DELAY_S):
+                # Ray restarts an actor only when its process dies: die, to be restarted.
+                os._exit(1)
+
+    def published(self) -> dict[str, str]:
+        """The addresses this node's servers listen on so far."""
+        with self._lock:
+            return dict(self._published)
+
+    def stop(self, timeout_s: float = _STOP_TIMEOUT_S) -> bool:
+        """Asks the node to stop; whether its main returned within `timeout_s`."""
+        self._stop.set()
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def info(self) -> dict[str, Any]:
+        """pid, node_ip, alive (main still running) and error (main's traceback, or None)."""
+        return {"pid": os.getpid(), "node_ip": self._node_ip,
+                "alive": self._thread.is_alive(), "error": self._error}
+
+
+class _Calls:
+    """At most one call in flight per actor and method, collected without blocking.
+
+    A restarting or still-placed actor queues calls; resending every poll would pile
+    them up, so a call is resent only once its previous one answered (or failed).
+    """
+
+    def __init__(self):
+        self._inflight: dict[tuple[str, str], Any] = {}
+
+    def poll(self, handles: dict[str, Any], method: str, timeout_s: float) -> dict[str, Any]:
+        """Results (or Ray errors) of the calls that answered within `timeout_s`, by name."""
+        import ray
+
+        if not handles:
+            return {}
+        refs = {}
+        for name, handle in handles.items():
+            key = (name, method)
+            if key not in self._inflight:
+                self._inflight[key] = getattr(handle, method).remote()
+            refs[name] = self._inflight[key]
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+        ready_set = set(ready)
+        results: dict[str, Any] = {}
+        for name, ref in refs.items():
+            if ref not in ready_set:
+                continue
+            del self._inflight[(name, method)]
+            try:
+                results[name] = ray.get(ref)
+            except ray.exceptions.RayError as error:
+                results[name] = error
+        return results
+
+
+class _Actors:
+    """Starts the program's actors, watches them, counts runner restarts, stops them."""
+
+    def __init__(self, program: Program, run_name: str, run_dir: Path):
+        self._program = program
+        self._run_name = run_name
+        self._run_dir = run_dir
+        self.handles: dict[str, Any] = {}
+        self.addresses: dict[str, str] = {}
+        self.restarts = 0
+        self.failure: str | None = None
+        self._calls = _Calls()
+        self._identity: dict[str, tuple[str, int]] = {}
+        self._next_check = 0.0
+
+    def start_all(self) -> None:
+        import ray
+
+        actor_class = ray.remote(NodeActor)
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        for node in self._program.nodes:
+            self._wait_for(node.needs, deadline)
+            options: dict[str, Any] = {
+                "name": f"{self._run_name}-{node.name}",
+                "namespace": NAMESPACE,
+                "num_cpus": node.num_cpus,
+                "num_gpus": node.num_gpus,
+                "max_restarts": -1 if node.restartable else 0,
+                "max_concurrency": _MAX_CONCURRENCY,
+            }
+            if node.group == "runner":
+                options["scheduling_strategy"] = "SPREAD"
+            try:
+                self.handles[node.name] = actor_class.options(**options).remote(
+                    node, make_handles(node, self.addresses), str(self._run_dir))
+            except ValueError as error:  # Ray's answer to a taken actor name
+                raise NodeFailedError(
+                    f"Cannot create actor {options['name']!r} in namespace {NAMESPACE!r}: "
+                    f"{error}; is another run with this name alive? Pass another run_name "
+                    "or logdir."
+                ) from error
+        self._wait_started(deadline)
+
+    def _wait_for(self, keys: tuple[str, ...], deadline: float) -> None:
+        """Blocks until earlier actors published `keys`; raises if one fails or time's up."""
+        while missing := set(keys) - set(self.addresses):
+            publishers = {n.name: self.handles[n.name] for n in self._program.nodes
+                          if n.name in self.handles and set(n.publishes) & missing}
+            for name, result in self._calls.poll(publishers, "published", 0.5).items():
+                if isinstance(result, Exception):
+                    raise NodeFailedError(f"{name} died while starting: {result}")
+                self.addresses.update(result)
+            for name, info in self._calls.poll(publishers, "info", 0.0).items():
+                if isinstance(info, Exception):
+                    raise NodeFailedError(f"{name} died while starting: {info}")
+                if info["error"]:
+                    raise NodeFailedError(f"{name} failed while starting:\n{info['error']}")
+            if time.monotonic() > deadline:
+                raise NodeFailedError(
+                    f"No node published {sorted(missing)} within {_START_TIMEOUT_S:.0f} s. "
+                    + _resource_hint(self._program)
+                )
+
+    def _wait_started(self, deadline: float) -> None:
+        """Blocks until every actor answers once, so unplaceable nodes fail the start."""
+        waiting = dict(self.handles)
+        restartable = {node.name: node.restartable for node in self._program.nodes}
+        while waiting:
+            for name, info in self._calls.poll(waiting, "info", 0.5).items():
+                if isinstance(info, Exception):
+                    if restartable[name]:
+                        continue  # Ray is restarting it: ask the new process
+                    raise NodeFailedError(f"{name} died while starting: {info}")
+                del waiting[name]
+                self._identity[name] = (info["node_ip"], info["pid"])
+            if waiting and time.monotonic() > deadline:
+                raise NodeFailedError(
+                    f"{sorted(waiting)} did not start within {_START_TIMEOUT_S:.0f} s. "
+                    + _resource_hint(self._program)
+                )
+        self._write_nodes()
+
+    def check(self) -> str | None:
+        """Why the program must stop, if a vital node died; counts runner restarts.
+
+        Never blocks: it collects the `info` calls that answered since the last check.
+        """
+        now = time.monotonic()
+        if now < self._next_check:
+            return None
+        self._next_check = now + _HEALTH_EVERY_S
+        results = self._calls.poll(self.handles, "info", 0.0)
+        changed = False
+        for node in self._program.nodes:
+            info = results.get(node.name)
+            if info is None:
+                continue
+            if isinstance(info, Exception):
+                if node.restartable:
+                    continue  # Ray is restarting it; the new process is counted once it answers
+                self.failure = f"{node.name} died: {_first_line(info)}"
+                return self.failure
+            if info["error"] and not node.restartable:
+                self.failure = f"{node.name} died: its main raised\n{info['error']}"
+                return self.failure
+            identity = (info["node_ip"], info["pid"])
+            previous = self._identity.get(node.name)
+            if previous != identity:
+                if previous is not None and node.restartable:
+                    self.restarts += 1
+                self._identity[node.name] = identity
+                changed = True
+        if changed:
+            self._write_nodes()
+        return None
+
+    def _write_nodes(self) -> None:
+        nodes = {name: {"pid": pid, "node_ip": ip} for name, (ip, pid) in self._identity.items()}
+        (self._run_dir / "nodes.json").write_text(json.dumps(nodes, indent=1))
+
+    def stop_all(self) -> None:
+        """Stops groups in order within 10 s in all, then kills every actor (no restart)."""
+        import ray
+
+        deadline = time.monotonic() + _STOP_TIMEOUT_S
+        for group in _STOP_ORDER:
+            handles = [self.handles[n.name] for n in self._program.group(group)
+                       if n.name in self.handles]
+            if not handles:
+                continue
+            remaining = max(deadline - time.monotonic(), 0.0)
+            refs = [handle.stop.remote(remaining) for handle in handles]
+            # A dead or restarting actor answers with an error or not at all: both are fine,
+            # the kill below ends it either way.
+            ray.wait(refs, num_returns=len(refs), timeout=remaining)
+        for handle in self.handles.values():
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _program_resources(program: Program) -> tuple[float, float]:
+    return (sum(n.num_cpus for n in program.nodes), sum(n.num_gpus for n in program.nodes))
+
+
+def _resource_hint(program: Program) -> str:
+    import ray
+
+    cpus, gpus = _program_resources(program)
+    return (f"The program reserves {cpus:g} CPUs and {gpus:g} GPUs; the cluster has "
+            f"{ray.cluster_resources()} ({ray.available_resources()} free). A node that "
+            "cannot be placed waits for resources.")
+
+
+def _warn_if_too_small(program: Program, stream: TextIO) -> None:
+    import ray
+
+    cpus, gpus = _program_resources(program)
+    total = ray.cluster_resources()
+    if total.get("CPU", 0.0) < cpus or total.get("GPU", 0.0) < gpus:
+        stream.write(f"warning: the program reserves {cpus:g} CPUs and {gpus:g} GPUs, the "
+                     f"cluster has {total.get('CPU', 0.0):g} and {total.get('GPU', 0.0):g}: "
+                     "some nodes wait for resources (an autoscaler may add them).\n")
+        stream.flush()
+
+
+def _connect(cleanup: contextlib.ExitStack, program: Program, address: str | None,
+             node_ip_address: str | None, num_cpus: int | None) -> None:
+    """Starts, joins or reuses Ray; registers the matching shutdown or disconnect."""
+    import ray
+
+    if ray.is_initialized():
+        return  # someone else's Ray: reuse it and leave it running
+    kwargs: dict[str, Any] = {}
+    if node_ip_address is not None:
+        kwargs["_node_ip_address"] = node_ip_address
+    if address is None:
+        # "local" starts a new Ray even when /tmp/ray names a running cluster (plain
+        # ray.init() would join that one). Logical CPUs are reservations, not cores: like
+        # local_mp, a local Ray runs every node whatever the machine's core count.
+        if num_cpus is None:
+            num_cpus = max(os.cpu_count() or 1, math.ceil(_program_resources(program)[0]))
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
+    else:
+        if num_cpus is not None:
+            raise ValueError("num_cpus sizes a local Ray; a cluster's nodes set their own "
+                             "(ray start --num-cpus).")
+        ray.init(address=address, **kwargs)
+    # For a local Ray this shuts it down; for a cluster it only disconnects this driver.
+    cleanup.callback(ray.shutdown)
+
+
+def run_ray(
+    experiment: Experiment,
+    stream: TextIO | None = None,
+    address: str | None = None,
+    node_ip_address: str | None = None,
+    num_cpus: int | None = None,
+    run_name: str | None = None,
+) -> RunResult:
+    """Runs `experiment` as one Ray actor per node until its budget, target or time limit.
+
+    Args:
+      experiment: what to run; the same object runs under every backend.
+      stream: where progress lines go (default stdout); node output is Ray's to forward.
+      address: None starts a local Ray (shut down at the end); "auto", "host:port" or
+        "ray://host:10001" joins a cluster (left running; this driver only disconnects).
+        A Ray already initialized in this process is reused and left running (address,
+        node_ip_address and num_cpus are then ignored).
+      node_ip_address: the IP this driver's Ray node uses ("127.0.0.2" keeps a local Ray
+        on loopback: Ray replaces 127.0.0.1 with the interface address).
+      num_cpus: logical CPUs of a local Ray (default: at least what the program reserves).
+      run_name: actor name prefix (default: the logdir's name).
+
+    Blocks until done. Raises `NodeFailedError` when a vital node dies or a node cannot
+    start; Ctrl-C stops every node (within about 10 s) and re-raises KeyboardInterrupt.
+    """
+    from launch.control import ControlClient
+
+    stream = stream or sys.stdout
+    run_dir = Path(experiment.logdir or f"runs/ray-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    experiment = dataclasses.replace(experiment, logdir=str(run_dir))
+    program = make_program(experiment)
+    actors = _Actors(program, run_name or run_dir.name, run_dir)
+    stop = threading.Event()
+    with contextlib.ExitStack() as cleanup:
+        _connect(cleanup, program, address, node_ip_address, num_cpus)
+        _warn_if_too_small(program, stream)
+        cleanup.callback(actors.stop_all)
+        actors.start_all()
+        control = ControlClient(actors.addresses["control"])
+        cleanup.callback(control.close)
+        logger = make_default_logger("train", str(run_dir), total=experiment.max_env_steps,
+                                     print_every_s=experiment.log_every_s, stream=stream)
+        cleanup.callback(logger.close)
+
+        def status() -> dict[str, Any]:
+            import grpc
+
+            try:
+                counts = control.status()
+            except grpc.RpcError:
+                return {}
+            return {**counts, "restarts": actors.restarts}
+
+        limiter = StepLimiter(experiment, status, logger, poll_s=0.1)
+        result = limiter.run(actors.check, stop.wait)
+    if actors.failure:
+        raise NodeFailedError(result.stop_reason)
+    return result

@@ -1,0 +1,312 @@
+"""The Ray backend, run briefly for real: a local Ray, a killed runner, a two-node cluster.
+
+Every Ray here stays on loopback: Ray replaces 127.0.0.1 with the machine's interface
+address, so the local Ray and the cluster's head use 127.0.0.2 and the second node
+127.0.0.3. Each test stops what it starts and checks that the processes are gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from builders.vtrace import VTraceBuilder  # noqa: E402
+from launch import cli  # noqa: E402
+from launch.control import ControlClient  # noqa: E402
+from launch.experiment import Experiment  # noqa: E402
+from launch.ray_backend import NAMESPACE, run_ray  # noqa: E402
+from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RAY = str(Path(sys.executable).with_name("ray"))
+SMALL = VTraceConfig(unroll_length=5, batch_size=4, queue_size=16, hidden_sizes=(16,))
+NODES = {"replay", "learner", "runner-0", "runner-1", "evaluator"}
+
+
+@pytest.fixture(autouse=True)
+def _small_nodes(monkeypatch):
+    # Ray workers inherit this environment (through the raylet): one TF thread per pool.
+    monkeypatch.setenv("SEED_AGENTS_TF_THREADS", "1")
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _experiment(logdir: Path, max_env_steps: int) -> Experiment:
+    return Experiment(
+        builder=VTraceBuilder(SMALL),
+        environment="gym:CartPole-v1",
+        num_runners=2,
+        envs_per_runner=4,
+        max_env_steps=max_env_steps,
+        logdir=str(logdir),
+        log_every_s=1.0,
+        evaluate_every_s=1.0,
+        max_wall_s=150,  # a safety net; every test asserts the budget stopped the run
+    )
+
+
+def _nodes(logdir: Path) -> dict[str, dict]:
+    return json.loads((logdir / "nodes.json").read_text())
+
+
+def _assert_gone(pids: list[int], timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (alive := [p for p in pids if psutil.pid_exists(p)
+                     and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]):
+        assert time.monotonic() < deadline, f"processes {alive} outlived the run"
+        time.sleep(0.2)
+
+
+def test_cli_passes_ray_address_and_learner_gpus(monkeypatch, capsys, tmp_path):
+    calls = []
+
+    def fake_run_ray(experiment, address=None):
+        calls.append((experiment, address))
+        raise KeyboardInterrupt  # ends train() before it prints a summary
+
+    monkeypatch.setitem(cli.BACKENDS, "ray", fake_run_ray)
+    code = cli.main(["train", "--backend", "ray", "--ray-address", "ray://head:10001",
+                     "--learner-gpus", "0.5", "--logdir", str(tmp_path)])
+    assert code == 130
+    (experiment, address), = calls
+    assert address == "ray://head:10001" and experiment.learner_gpus == 0.5
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    help_text = capsys.readouterr().out
+    assert "--ray-address" in help_text and "--learner-gpus" in help_text
+
+
+def test_local_ray_runs_the_program_and_cleans_up(tmp_path):
+    children_before = {p.pid for p in psutil.Process().children(recursive=True)}
+    logdir = tmp_path / "run"
+    result = run_ray(_experiment(logdir, 3_000), node_ip_address="127.0.0.2", num_cpus=5)
+    assert "budget" in result.stop_reason
+    assert result.env_steps >= 3_000
+    assert result.learner_steps > 0
+    assert result.restarts == 0
+    assert not ray.is_initialized()  # the local Ray it started is shut down
+    nodes = _nodes(logdir)
+    assert set(nodes) == NODES
+    assert {n["node_ip"] for n in nodes.values()} == {"127.0.0.2"}
+    _assert_gone([n["pid"] for n in nodes.values()])
+    # Nor any raylet, GCS or worker of the local Ray.
+    _assert_gone([p.pid for p in psutil.Process().children(recursive=True)
+                  if p.pid not in children_before])
+    assert (logdir / "train.csv").exists() and (logdir / "learner.csv").exists()
+
+
+def _kill_runner_when_learning(run_name: str, logdir: Path, killed: dict) -> None:
+    """From a thread: once the learner has learned, kill runner-0 (Ray may restart it).
+
+    Waits for nodes.json too: the driver writes it once every node has started, so the
+    driver knows runner-0's first process and can tell the restart from it.
+    """
+    try:
+        deadline = time.monotonic() + 120
+        control = None
+        while time.monotonic() < deadline:
+            if not (logdir / "nodes.json").exists():
+                time.sleep(0.2)
+                continue
+            with contextlib.suppress(ValueError):  # not created yet
+                learner = ray.get_actor(f"{run_name}-learner", namespace=NAMESPACE)
+                address = ray.get(learner.published.remote(), timeout=10).get("control")
+                if address and control is None:
+                    control = ControlClient(address)
+            if control is not None:
+                status = control.status()
+                if status["learner_steps"] > 0:
+                    break
+            time.sleep(0.2)
+        else:
+            raise TimeoutError("the learner made no progress")
+        control.close()
+        runner = ray.get_actor(f"{run_name}-runner-0", namespace=NAMESPACE)
+        killed["pid"] = ray.get(runner.info.remote(), timeout=10)["pid"]
+        killed["env_steps"] = status["env_steps"]
+        ray.kill(runner, no_restart=False)
+    except BaseException as error:  # noqa: BLE001 - asserted by the test
+        killed["error"] = error
+
+
+def test_a_killed_runner_is_restarted_and_counted(tmp_path):
+    # The test's own Ray, which run_ray must reuse and leave running.
+    ray.init(address="local", num_cpus=5, _node_ip_address="127.0.0.2",
+             include_dashboard=False)
+    try:
+        logdir = tmp_path / "run"
+        killed: dict = {}
+        killer = threading.Thread(target=_kill_runner_when_learning, args=("run", logdir, killed))
+        killer.start()
+        try:
+            result = run_ray(_experiment(logdir, 10_000))
+        finally:
+            killer.join(30)
+        assert "error" not in killed, killed.get("error")
+        assert ray.is_initialized()
+        assert "budget" in result.stop_reason
+        assert result.restarts >= 1
+        assert result.env_steps >= 10_000 > killed["env_steps"]
+        nodes = _nodes(logdir)
+        assert nodes["runner-0"]["pid"] != killed["pid"]
+        # The killed process and every actor are gone, though this Ray keeps running.
+        _assert_gone([killed["pid"], *(n["pid"] for n in nodes.values())])
+    finally:
+        ray.shutdown()
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.2", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _group(pgid: int) -> list[int]:
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process.pid)
+    return found
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Stops a `ray start --block` and every process it started (its process group).
+
+    Not `ray stop`: that kills every Ray process on the machine, other users' included.
+    SIGTERM lets `ray start` stop its node; SIGKILL ends what is left after 30 s.
+    """
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+    with contextlib.suppress(ProcessLookupError):
+        if _group(process.pid):
+            os.killpg(process.pid, signal.SIGKILL)
+    process.wait(10)
+
+
+@contextlib.contextmanager
+def _two_node_cluster(log: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """A head on 127.0.0.2 and a second node on 127.0.0.3; yields its address and env.
+
+    Token authentication stays on: both nodes and the driver get the same token (the
+    one `ray get-auth-token --generate` keeps in ~/.ray/auth_token, which a local
+    `ray.init` creates anyway) through the yielded environment. Each node is
+    `ray start --block` in its own process group, so the test stops exactly the
+    processes it started.
+    """
+    token = subprocess.run([RAY, "get-auth-token", "--generate"], capture_output=True,
+                           text=True, check=True).stdout.strip()
+    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token,
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    # A short temp dir: Ray's Unix socket paths live under it (at most 107 characters).
+    temp_dir = tempfile.mkdtemp(prefix="sa-ray-", dir="/tmp")
+    port, client, dashboard, *node_ports = _free_ports(13)
+    common = ["--num-cpus=3", "--object-store-memory=100000000", "--disable-usage-stats"]
+
+    def node_ports_args(ports: list[int]) -> list[str]:
+        names = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
+                 "dashboard-agent-grpc-port", "metrics-export-port")
+        return [f"--{name}={p}" for name, p in zip(names, ports, strict=True)]
+
+    processes: list[subprocess.Popen] = []
+    try:
+        with open(log, "ab") as out:
+            processes.append(subprocess.Popen(
+                [RAY, "start", "--head", "--block", "--node-ip-address=127.0.0.2",
+                 f"--port={port}", f"--ray-client-server-port={client}",
+                 "--include-dashboard=false", f"--dashboard-port={dashboard}",
+                 f"--temp-dir={temp_dir}", *common, *node_ports_args(node_ports[:5])],
+                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+            deadline = time.monotonic() + 90
+            while not (Path(temp_dir) / "ray_current_cluster").exists():
+                assert processes[0].poll() is None, f"the head failed; see {log}"
+                assert time.monotonic() < deadline, f"the head did not start; see {log}"
+                time.sleep(0.2)
+            processes.append(subprocess.Popen(
+                [RAY, "start", "--block", f"--address=127.0.0.2:{port}",
+                 "--node-ip-address=127.0.0.3", '--resources={"second_node": 8}',
+                 *common, *node_ports_args(node_ports[5:10])],
+                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+        yield f"127.0.0.2:{port}", env
+    finally:
+        for process in reversed(processes):
+            _stop(process)
+        left = {p.pid: _group(p.pid) for p in processes}
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        assert not any(left.values()), f"Ray processes outlived the cluster: {left}"
+
+
+def _cluster_driver(address: str, logdir: str) -> None:
+    """The cluster test's driver, in its own process (see the test for why)."""
+    ray.init(address=address, _node_ip_address="127.0.0.2")
+    deadline = time.monotonic() + 60
+    while sum(node["Alive"] for node in ray.nodes()) < 2:
+        assert time.monotonic() < deadline, "the second node did not join"
+        time.sleep(0.5)
+    ray.shutdown()  # only disconnects: run_ray joins by itself
+    result = run_ray(_experiment(Path(logdir), 3_000), address=address,
+                     node_ip_address="127.0.0.2")
+    print("RESULT " + json.dumps({**dataclasses.asdict(result),
+                                  "initialized": ray.is_initialized()}), flush=True)
+
+
+def test_two_node_cluster_spreads_runners(tmp_path):
+    # The driver runs in a subprocess: a driver that joins a cluster by address must have
+    # RAY_AUTH_MODE=token in its environment when Ray loads its config (Ray enables token
+    # auth by itself only for the clusters it starts or finds), and this process's Ray
+    # config was loaded at import.
+    logdir = tmp_path / "run"
+    driver_log = tmp_path / "driver.log"
+    with _two_node_cluster(tmp_path / "cluster.log") as (address, env):
+        with open(driver_log, "wb") as out:
+            driver = subprocess.Popen(
+                [sys.executable, __file__, address, str(logdir)], env=env, cwd=ROOT,
+                stdout=out, stderr=subprocess.STDOUT)
+            try:
+                driver.wait(240)
+            finally:
+                if driver.poll() is None:
+                    driver.kill()  # its actors die with it: they belong to its job
+                    driver.wait(10)
+    output = driver_log.read_text()
+    assert driver.returncode == 0, output[-3000:]
+    result = json.loads(output.split("RESULT ", 1)[1].splitlines()[0])
+    assert not result["initialized"]  # disconnected; the cluster was the test's to stop
+    assert "budget" in result["stop_reason"]
+    assert result["env_steps"] >= 3_000
+    assert result["learner_steps"] > 0
+    nodes = _nodes(logdir)
+    assert set(nodes) == NODES
+    runner_ips = {nodes[f"runner-{i}"]["node_ip"] for i in range(2)}
+    assert "127.0.0.3" in runner_ips, nodes
+    assert {n["node_ip"] for n in nodes.values()} <= {"127.0.0.2", "127.0.0.3"}
+
+
+if __name__ == "__main__":
+    _cluster_driver(*sys.argv[1:])
