@@ -49,7 +49,7 @@ def run_backend(name: str, experiment: Experiment, root: str) -> tuple[float, Ru
     else:
         from launch.ray_backend import run_ray
 
-        result = run_ray(experiment, node_ip_address="127.0.0.2", num_cpus=2)
+        result = run_ray(experiment, node_ip_address="127.0.0.2")
     rate = steady_rate(logdir, experiment.max_env_steps)
     print(f"{name}: {rate:,.0f} env steps/s steady, {result.steps_per_s:,.0f} overall, "
           f"{result.learner_steps} learner steps, mean return {result.mean_return:.1f}",
@@ -61,7 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300_000)
     parser.add_argument("--runners", type=int, default=4)
-    parser.add_argument("--envs-per-runner", type=int, default=32)
+    parser.add_argument("--envs-per-runner", type=int, default=64)
     parser.add_argument("--backends", default="inprocess,local_mp,ray")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()

@@ -53,7 +53,7 @@ class VTraceLearner(core.Learner):
             config.learning_rate, beta_2=config.adam_beta2, epsilon=config.adam_epsilon
         )
         self._samples_per_step = config.batch_size * config.unroll_length
-        self._train = tf.function(self._train_step)
+        self._train = tf.function(self._train_steps)
         self._num_steps = 0
         self._last_log = time.monotonic()
 
@@ -130,15 +130,20 @@ class VTraceLearner(core.Learner):
         metrics["gradient_norm"] = norm
         return metrics
 
+    def _train_steps(self, data: dict[str, Any]) -> dict[str, tf.Tensor]:
+        # All the gradient steps on one batch in one graph call: the Python-to-TF hand-off
+        # costs about as much as a step of a small network.
+        for _ in range(self._config.sgd_steps_per_batch):
+            metrics = self._train_step(data)
+        return metrics
+
     def step(self) -> dict[str, float]:
         try:
             sample = next(self._iterator)
         except (StopIteration, tf.errors.OutOfRangeError, tf.errors.DeadlineExceededError):
             self._iterator = iter(self._dataset)
             return {}
-        for _ in range(self._config.sgd_steps_per_batch):
-            metrics = self._train(sample.data)
-        metrics = {k: float(v) for k, v in metrics.items()}
+        metrics = {k: float(v) for k, v in self._train(sample.data).items()}
         self._num_steps += 1
         counts = self._counter.increment(
             learner_steps=1, learner_samples=self._samples_per_step
