@@ -63,13 +63,15 @@ def main() -> None:
     parser.add_argument("--runners", type=int, default=4)
     parser.add_argument("--envs-per-runner", type=int, default=64)
     parser.add_argument("--backends", default="inprocess,local_mp,ray")
+    parser.add_argument("--evaluate-every-s", type=float, default=30.0,
+                        help="greedy evaluation episodes of the distributed backends")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     config = parse_overrides(VTraceConfig, args.overrides)
     experiment = Experiment(
         builder=VTraceBuilder(config), environment="gym:CartPole-v1",
         num_runners=args.runners, envs_per_runner=args.envs_per_runner,
-        max_env_steps=args.steps, log_every_s=0.5, evaluate_every_s=5.0,
+        max_env_steps=args.steps, log_every_s=0.5, evaluate_every_s=args.evaluate_every_s,
     )
     rates: dict[str, float] = {}
     overall: dict[str, float] = {}
@@ -90,7 +92,8 @@ def main() -> None:
         "ray_vs_local_mp": round(rates["ray"] / local_mp, 2)
         if local_mp and "ray" in rates else None,
         "config": {"steps": args.steps, "runners": args.runners,
-                   "envs_per_runner": args.envs_per_runner, "overrides": args.overrides},
+                   "envs_per_runner": args.envs_per_runner,
+                   "evaluate_every_s": args.evaluate_every_s, "overrides": args.overrides},
     }))
 
 

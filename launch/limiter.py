@@ -86,3 +86,40 @@ class StepLimiter:
         if experiment.max_wall_s is not None and elapsed >= experiment.max_wall_s:
             return f"wall-time limit of {experiment.max_wall_s:g} s reached"
         return ""
+
+
+def limit_remote_program(
+    experiment: Experiment,
+    control_address: str,
+    logdir: str,
+    stream: Any,
+    restarts: Callable[[], int],
+    failure: Callable[[], str | None],
+    wait: Callable[[float], Any],
+) -> RunResult:
+    """The step limiter of a distributed backend, reading the learner's control service.
+
+    A status call that fails (the learner is busy starting, or gone: `failure` reports
+    that) counts as no news, so a slow answer never stops a program by itself.
+    """
+    import grpc
+
+    from launch.control import ControlClient
+    from seed_agents.utils.loggers import make_default_logger
+
+    control = ControlClient(control_address)
+    logger = make_default_logger("train", logdir, total=experiment.max_env_steps,
+                                 print_every_s=experiment.log_every_s, stream=stream)
+
+    def status() -> dict[str, Any]:
+        try:
+            counts = control.status()
+        except grpc.RpcError:
+            return {}
+        return {**counts, "restarts": restarts()}
+
+    try:
+        return StepLimiter(experiment, status, logger, poll_s=0.1).run(failure, wait)
+    finally:
+        logger.close()
+        control.close()

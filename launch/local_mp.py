@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from launch.experiment import Experiment, RunResult
-from launch.limiter import StepLimiter
+from launch.limiter import limit_remote_program
 from launch.nodes import make_program
 from launch.program import Node, NodeContext, Program, make_handles
-from seed_agents.utils.loggers import make_default_logger
 
 _STOP_TIMEOUT_S = 10.0
 _START_TIMEOUT_S = 180.0
@@ -218,8 +217,6 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
 
     Ctrl-C stops the program gracefully (within 10 s) and re-raises KeyboardInterrupt.
     """
-    from launch.control import ControlClient
-
     stream = stream or sys.stdout
     run_dir = Path(experiment.logdir or f"runs/local_mp-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -238,23 +235,11 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
         cleanup.callback(supervisor.stop_all)
         supervisor.start_all()
         supervisor.wait_for(("control",))
-        control = ControlClient(supervisor.addresses["control"])
-        cleanup.callback(control.close)
-        logger = make_default_logger("train", str(run_dir), total=experiment.max_env_steps,
-                                     print_every_s=experiment.log_every_s, stream=stream)
-        cleanup.callback(logger.close)
-
-        def status() -> dict[str, Any]:
-            import grpc
-
-            try:
-                counts = control.status()
-            except grpc.RpcError:
-                return {}
-            return {**counts, "restarts": sum(supervisor.restarts.values())}
-
-        limiter = StepLimiter(experiment, status, logger, poll_s=0.1)
-        result = limiter.run(supervisor.check, stop.wait)
+        result = limit_remote_program(
+            experiment, supervisor.addresses["control"], str(run_dir), stream,
+            restarts=lambda: sum(supervisor.restarts.values()),
+            failure=supervisor.check, wait=stop.wait,
+        )
     if "died" in result.stop_reason:
         raise NodeFailedError(result.stop_reason)
     return result

@@ -50,11 +50,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from launch.experiment import Experiment, RunResult
-from launch.limiter import StepLimiter
+from launch.limiter import limit_remote_program
 from launch.local_mp import NodeFailedError
 from launch.nodes import make_program
 from launch.program import Node, NodeContext, Program, make_handles
-from seed_agents.utils.loggers import make_default_logger
 
 NAMESPACE = "seed-agents"
 _START_TIMEOUT_S = 180.0
@@ -391,7 +390,6 @@ def run_ray(
     Blocks until done. Raises `NodeFailedError` when a vital node dies or a node cannot
     start; Ctrl-C stops every node (within about 10 s) and re-raises KeyboardInterrupt.
     """
-    from launch.control import ControlClient
 
     stream = stream or sys.stdout
     run_dir = Path(experiment.logdir or f"runs/ray-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
@@ -405,23 +403,12 @@ def run_ray(
         _warn_if_too_small(program, stream)
         cleanup.callback(actors.stop_all)
         actors.start_all()
-        control = ControlClient(actors.addresses["control"])
-        cleanup.callback(control.close)
-        logger = make_default_logger("train", str(run_dir), total=experiment.max_env_steps,
-                                     print_every_s=experiment.log_every_s, stream=stream)
-        cleanup.callback(logger.close)
-
-        def status() -> dict[str, Any]:
-            import grpc
-
-            try:
-                counts = control.status()
-            except grpc.RpcError:
-                return {}
-            return {**counts, "restarts": actors.restarts}
-
-        limiter = StepLimiter(experiment, status, logger, poll_s=0.1)
-        result = limiter.run(actors.check, stop.wait)
+        # Without an evaluator nothing needed the control service to start.
+        actors._wait_for(("control",), time.monotonic() + _START_TIMEOUT_S)
+        result = limit_remote_program(
+            experiment, actors.addresses["control"], str(run_dir), stream,
+            restarts=lambda: actors.restarts, failure=actors.check, wait=stop.wait,
+        )
     if actors.failure:
         raise NodeFailedError(result.stop_reason)
     return result
