@@ -47,7 +47,8 @@ def _small_nodes(monkeypatch):
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def _experiment(logdir: Path, max_env_steps: int) -> Experiment:
+def _experiment(logdir: Path, max_env_steps: int, evaluate_every_s: float | None = 1.0
+                ) -> Experiment:
     return Experiment(
         builder=VTraceBuilder(SMALL),
         environment="gym:CartPole-v1",
@@ -56,7 +57,7 @@ def _experiment(logdir: Path, max_env_steps: int) -> Experiment:
         max_env_steps=max_env_steps,
         logdir=str(logdir),
         log_every_s=1.0,
-        evaluate_every_s=1.0,
+        evaluate_every_s=evaluate_every_s,
         max_wall_s=150,  # a safety net; every test asserts the budget stopped the run
     )
 
@@ -156,7 +157,8 @@ def test_a_killed_runner_is_restarted_and_counted(tmp_path):
         killer = threading.Thread(target=_kill_runner_when_learning, args=("run", logdir, killed))
         killer.start()
         try:
-            result = run_ray(_experiment(logdir, 10_000))
+            # No evaluator: the driver must still wait for the learner's control service.
+            result = run_ray(_experiment(logdir, 10_000, evaluate_every_s=None))
         finally:
             killer.join(30)
         assert "error" not in killed, killed.get("error")
