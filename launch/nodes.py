@@ -85,11 +85,12 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
     replay = context.handles["replay"]
     learner_logger = CSVLogger(context.logdir, "learner") if context.logdir else NoOpLogger()
     learner = builder.make_learner(networks, replay.address, counter, learner_logger)
-    adder = builder.make_adder(replay.dereference(), 2 * experiment.num_envs, spec, policy,
+    adder = builder.make_adder(replay.dereference(), experiment.num_envs, spec, policy,
                                context.stop_event)
-    # Twice the slots and streams a program needs: a restarted runner connects before
-    # the server has noticed that its predecessor's stream is gone.
-    config = InferenceConfig(max_envs=2 * experiment.num_envs,
+    # A restarted runner reconnects under its node name, which frees its predecessor's
+    # slots (see `InferenceServer.connect`), so the slots are exactly the program's. Its
+    # new stream can open before gRPC notices the old one is gone: twice the streams.
+    config = InferenceConfig(max_envs=experiment.num_envs,
                              max_batch_size=experiment.num_envs,
                              max_wait_ms=experiment.inference_max_wait_ms)
     inference = builder.make_inference_server(policy, spec, adder, config, counter, stats)

@@ -39,11 +39,15 @@ class EnvRunner:
             discount=np.ones(num_envs, np.float32),
             step_type=np.zeros(num_envs, np.uint8),
         )
-        self.env_steps = 0
+        self.rounds = 0  # Round trips completed: each stepped every environment once.
 
     @property
     def num_envs(self) -> int:
         return len(self.envs)
+
+    @property
+    def env_steps(self) -> int:
+        return self.rounds * len(self.envs)
 
     def _record(self, i: int, timestep: dm_env.TimeStep) -> None:
         batch = self._batch
@@ -58,7 +62,7 @@ class EnvRunner:
         stop_event: threading.Event | None = None,
         max_steps: int | None = None,
     ) -> None:
-        """Steps until `stop_event` is set or `max_steps` rounds are done.
+        """Steps until `stop_event` is set or `max_steps` more rounds are done.
 
         The batch arrays are reused every round: `infer` must be done with them when it
         returns (the inference server copies what it keeps).
@@ -66,13 +70,12 @@ class EnvRunner:
         stop_event = stop_event or threading.Event()
         for i, env in enumerate(self.envs):
             self._record(i, env.reset())
-        rounds = 0
-        while not stop_event.is_set() and (max_steps is None or rounds < max_steps):
+        end = None if max_steps is None else self.rounds + max_steps
+        while not stop_event.is_set() and (end is None or self.rounds < end):
             actions = infer(self._batch)
             for i, env in enumerate(self.envs):
                 self._record(i, env.step(actions[i]))
-            rounds += 1
-            self.env_steps += len(self.envs)
+            self.rounds += 1
 
     def close(self) -> None:
         for env in self.envs:

@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import uuid
+from typing import Any
 
 import grpc
 from dm_env import specs
@@ -105,7 +106,7 @@ class RemoteRunner:
         self._credentials = channel_credentials
         self._timeout_s = timeout_s
         self._max_backoff_s = max_backoff_s
-        self.stats = RunnerStats()
+        self._reconnects = 0
 
     def run(self, stop_event: threading.Event | None = None, max_steps: int | None = None) -> None:
         """Steps until `stop_event` is set or `max_steps` round trips are done in total.
@@ -120,15 +121,15 @@ class RemoteRunner:
         attempt = 0
         while not stop_event.is_set() and not self._done(max_steps):
             if attempt:
-                self.stats.reconnects += 1
+                self._reconnects += 1
             attempt += 1
-            before = self.stats.rounds
+            before = self.runner.rounds
             try:
                 with RemoteInference(
                     self.address, self.hello, self._auth_token, self._credentials, self._timeout_s
                 ) as infer:
-                    remaining = None if max_steps is None else max_steps - self.stats.rounds
-                    self.runner.run(self._counting(infer), stop_event, remaining)
+                    remaining = None if max_steps is None else max_steps - self.runner.rounds
+                    self.runner.run(infer, stop_event, remaining)
                 return
             except grpc.RpcError as error:
                 if not is_retryable(error):
@@ -137,7 +138,7 @@ class RemoteRunner:
                         f"Inference server at {self.address} rejected runner "
                         f"{self.hello.runner_id!r}: {error.code().name}: {error.details()}",
                     ) from error
-                if self.stats.rounds > before:
+                if self.runner.rounds > before:
                     backoff = _INITIAL_BACKOFF_S
                 logger.warning(
                     "Runner %s cannot reach the inference server at %s (%s: %s); retry in %.1f s.",
@@ -148,18 +149,12 @@ class RemoteRunner:
                 backoff = min(2 * backoff, self._max_backoff_s)
 
     def _done(self, max_steps: int | None) -> bool:
-        return max_steps is not None and self.stats.rounds >= max_steps
+        return max_steps is not None and self.runner.rounds >= max_steps
 
-    def _counting(self, infer: RemoteInference):
-        stats, num_envs = self.stats, self.runner.num_envs
-
-        def counted(batch):
-            actions = infer(batch)
-            stats.rounds += 1
-            stats.env_steps += num_envs
-            return actions
-
-        return counted
+    @property
+    def stats(self) -> RunnerStats:
+        """A snapshot of progress, derived from the runner (safe to read from any thread)."""
+        return RunnerStats(self.runner.rounds, self.runner.env_steps, self._reconnects)
 
     def close(self) -> None:
         self.runner.close()
@@ -175,24 +170,17 @@ def run_runner(
     address: str,
     environment: str | EnvironmentFactory,
     num_envs: int,
-    seed: int = 0,
-    runner_id: str | None = None,
-    run_id: str | None = None,
     stop_event: threading.Event | None = None,
     max_steps: int | None = None,
-    auth_token: str | None = None,
-    max_backoff_s: float = 5.0,
-    timeout_s: float = 60.0,
+    **options: Any,
 ) -> RunnerStats:
     """Runs `num_envs` environments against the server at `address`; returns the stats.
 
-    `run_id` defaults to a fresh uuid per call (one process start). See `RemoteRunner.run`
-    for when it blocks, retries and raises.
+    `options` are `RemoteRunner`'s (seed, runner_id, run_id, auth_token, max_backoff_s,
+    timeout_s); `run_id` defaults to a fresh uuid per call (one process start). See
+    `RemoteRunner.run` for when it blocks, retries and raises.
     """
-    runner = RemoteRunner(
-        address, environment, num_envs, seed=seed, runner_id=runner_id, run_id=run_id,
-        auth_token=auth_token, max_backoff_s=max_backoff_s, timeout_s=timeout_s,
-    )
+    runner = RemoteRunner(address, environment, num_envs, **options)
     try:
         runner.run(stop_event, max_steps)
     finally:

@@ -107,7 +107,6 @@ class UnrollWriter:
         self._timeout_s = timeout_s
         self._stop_event = stop_event or threading.Event()
         self._priority_fn = priority_fn
-        self.items_written = 0
 
     def write(self, unroll: Mapping[str, Any]) -> None:
         """Appends `unroll` as one step and inserts it as one item (Reverb copies it)."""
@@ -115,7 +114,6 @@ class UnrollWriter:
         trajectory = tree.map_structure(lambda column: column[-1], self._writer.history)
         priority = 1.0 if self._priority_fn is None else float(self._priority_fn(unroll))
         self._writer.create_item(self._table, priority, trajectory)
-        self.items_written += 1
         self._flush(self._max_in_flight)
 
     def flush(self) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -55,7 +54,6 @@ class VTraceLearner(core.Learner):
         self._samples_per_step = config.batch_size * config.unroll_length
         self._train = tf.function(self._train_steps)
         self._num_steps = 0
-        self._last_log = time.monotonic()
 
     @property
     def network(self) -> PolicyValueNetwork:
