@@ -138,9 +138,11 @@ def train(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as error:
         print(f"seed-agents: error: {error}", file=sys.stderr)
         return 2
+    # Only the in-process backend has a choice of transport: the others always use gRPC.
+    how = f"{args.inference} inference, {args.transport} transport" \
+        if args.backend == "inprocess" else "central inference over gRPC"
     print(f"Training {args.agent} on {args.env} ({args.backend}, {experiment.num_envs} envs, "
-          f"{args.inference} inference, {args.transport} transport); logs in {logdir}",
-          flush=True)
+          f"{how}); logs in {logdir}", flush=True)
     try:
         run = BACKENDS[args.backend]
         if args.backend == "ray":
