@@ -45,9 +45,10 @@ class AgentBuilder(abc.ABC):
     @abc.abstractmethod
     def make_policy(
         self, networks: Any, env_spec: EnvironmentSpec, evaluation: bool = False,
-        seed: int | None = None,
+        seed: int | None = None, num_envs: int = 1,
     ) -> core.Policy:
-        """A batched policy over `networks` (greedy when `evaluation`)."""
+        """A batched policy over `networks` (greedy when `evaluation`) for `num_envs`
+        environments with ids 0..num_envs-1."""
 
     @abc.abstractmethod
     def make_replay_tables(
@@ -102,9 +103,10 @@ class AgentBuilder(abc.ABC):
         variable_source: core.VariableSource | None = None,
         variables: Any = None,
         update_period: int = 100,
+        env_id: int = 0,
     ) -> core.Actor:
         """A local-inference actor; `variables` are its copy, refreshed from the source."""
         client = None
         if variable_source is not None:
             client = VariableClient(variable_source, variables, update_period)
-        return PolicyActor(policy, adder, client)
+        return PolicyActor(policy, adder, client, env_id)

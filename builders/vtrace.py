@@ -39,7 +39,7 @@ class VTraceBuilder(AgentBuilder):
 
     def make_policy(
         self, networks: PolicyValueNetwork, env_spec: EnvironmentSpec, evaluation: bool = False,
-        seed: int | None = None,
+        seed: int | None = None, num_envs: int = 1,
     ) -> VTracePolicy:
         return VTracePolicy(networks, env_spec, greedy=evaluation, seed=seed)
 

@@ -54,7 +54,7 @@ class SamplingPolicy(core.Policy):
     def initial_state(self, batch_size):
         return ()
 
-    def step(self, observation, prev_action, state):
+    def step(self, observation, prev_action, state, env_ids=None):
         action, logits = self._step(tf.constant(observation))
         return action.numpy(), {"logits": logits.numpy()}, ()
 
@@ -118,7 +118,7 @@ class ReinforceBuilder(AgentBuilder):
         size = int(np.prod(env_spec.observations.shape))
         return Networks(mlp((64,), env_spec.num_actions, size), mlp((64,), 1, size))
 
-    def make_policy(self, networks, env_spec, evaluation=False, seed=None):
+    def make_policy(self, networks, env_spec, evaluation=False, seed=None, num_envs=1):
         return SamplingPolicy(networks, env_spec.num_actions)
 
     def make_replay_tables(self, env_spec, policy):

@@ -28,7 +28,8 @@ class Experiment:
       seed: base seed; runner i's environments use seed + 1000 * i + j.
       inference: "central" (SEED: runners ask the inference server) or "local" (each
         runner thread is an actor with its own policy copy; one environment per runner).
-      target_return: stop early once the mean return of the last 100 episodes reaches it.
+      target_return: stop early once the mean return of the last 100 episodes reaches it
+        (of the evaluation environments' episodes when the policy has some).
       max_wall_s: stop after this many seconds of wall time, whatever the budget says.
       logdir: where CSV logs go; None logs to the terminal only.
       transport: how central-inference runners reach the server: "direct" (runner threads
@@ -104,6 +105,7 @@ class RunResult:
     solved_wall_s: float | None = None
     stop_reason: str = ""
     restarts: int = 0
+    eval_mean_return: float | None = None
 
     def summary(self) -> str:
         lines = [
@@ -112,6 +114,8 @@ class RunResult:
             f"env steps: {self.env_steps:,} ({self.steps_per_s:,.0f}/s)",
             f"learner steps: {self.learner_steps:,}",
             f"mean return (last 100 episodes): {self.mean_return:.1f}",
+            *([f"mean evaluation return (last 100 greedy episodes): "
+               f"{self.eval_mean_return:.1f}"] if self.eval_mean_return is not None else []),
             f"wall time: {self.wall_s:.1f} s",
         ]
         if self.solved_env_steps is not None:

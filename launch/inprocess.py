@@ -86,7 +86,8 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
     probe.close()
     make_networks = experiment.network_factory or builder.make_networks
     networks = make_networks(spec)
-    policy = builder.make_policy(networks, spec, seed=experiment.seed)
+    policy = builder.make_policy(networks, spec, seed=experiment.seed,
+                                 num_envs=experiment.num_envs)
     if experiment.logdir:
         os.makedirs(experiment.logdir, exist_ok=True)
 
@@ -137,7 +138,7 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
         else:
             for i in range(experiment.num_runners):
                 actor = _local_actor(builder, make_networks, spec, client, learner, stop, i,
-                                     experiment.seed)
+                                     experiment)
                 env = make_env(experiment.runner_seed(i))
                 loop = EnvironmentLoop(env, actor, counter=Counter(), stop_event=stop)
                 threads.start(f"actor-{i}", functools.partial(_run_actor, loop, counter,
@@ -150,7 +151,8 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
         cleanup.callback(logger.close)
         def status() -> dict:
             counts = counter.get_counts()
-            return {**stats.summary(), "env_steps": counts.get("env_steps", 0),
+            episodes = inference.status() if inference is not None else stats.summary()
+            return {**episodes, "env_steps": counts.get("env_steps", 0),
                     "learner_steps": counts.get("learner_steps", 0)}
 
         def failure() -> str | None:
@@ -213,11 +215,13 @@ def _serve_runner(runner: EnvRunner, inference, client_id: str, stop: threading.
         runner.close()
 
 
-def _local_actor(builder, make_networks, spec, client, learner, stop, index, seed):
+def _local_actor(builder, make_networks, spec, client, learner, stop, index, experiment):
     networks = make_networks(spec)
-    policy = builder.make_policy(networks, spec, seed=seed + 7919 * (index + 1))
+    policy = builder.make_policy(networks, spec, seed=experiment.seed + 7919 * (index + 1),
+                                 num_envs=experiment.num_envs)
     adder = builder.make_adder(client, 1, spec, policy, stop)
-    actor = builder.make_actor(policy, adder, learner, networks.variables, update_period=100)
+    actor = builder.make_actor(policy, adder, learner, networks.variables, update_period=100,
+                               env_id=index)
     actor.update(wait=True)
     return actor
 

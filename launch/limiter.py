@@ -44,9 +44,12 @@ class StepLimiter:
             status = self._status() or status
             env_steps = int(status.get("env_steps", 0))
             steps_per_s = rate.update(env_steps, now)
+            # With evaluation environments (greedy, as in SEED) the target is judged on
+            # their episodes: exploring episodes understate what the policy can do.
+            judged = "eval_" if "eval_window_episodes" in status else ""
             if (solved_steps is None and experiment.target_return is not None
-                    and status.get("window_episodes", 0) >= 100
-                    and status["mean_return"] >= experiment.target_return):
+                    and status.get(f"{judged}window_episodes", 0) >= 100
+                    and status[f"{judged}mean_return"] >= experiment.target_return):
                 solved_steps, solved_wall = env_steps, now - start
             reason = failure() or self._done(env_steps, solved_steps, now - start)
             if now >= next_log or reason:
@@ -54,6 +57,8 @@ class StepLimiter:
                     "env_steps": env_steps,
                     "episodes": status.get("episodes", 0),
                     "mean_return": status.get("mean_return", float("nan")),
+                    **{k: status[k] for k in ("eval_episodes", "eval_mean_return")
+                       if k in status},
                     "steps_per_s": steps_per_s,
                     "learner_steps": int(status.get("learner_steps", 0)),
                     "wall_s": now - start,
@@ -67,6 +72,7 @@ class StepLimiter:
             env_steps=env_steps,
             episodes=int(status.get("episodes", 0)),
             mean_return=float(status.get("mean_return", float("nan"))),
+            eval_mean_return=status.get("eval_mean_return"),
             wall_s=wall,
             learner_steps=int(status.get("learner_steps", 0)),
             steps_per_s=env_steps / wall if wall > 0 else 0.0,

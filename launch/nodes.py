@@ -48,7 +48,7 @@ def _agent(experiment: Experiment, evaluation: bool = False) -> tuple[Any, Any, 
     make_networks = experiment.network_factory or experiment.builder.make_networks
     networks = make_networks(spec)
     policy = experiment.builder.make_policy(networks, spec, evaluation=evaluation,
-                                            seed=experiment.seed)
+                                            seed=experiment.seed, num_envs=experiment.num_envs)
     return spec, networks, policy
 
 
@@ -99,7 +99,7 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
 
     def status() -> dict[str, Any]:
         counts = counter.get_counts()
-        return {**stats.summary(), "env_steps": counts.get("env_steps", 0),
+        return {**inference.status(), "env_steps": counts.get("env_steps", 0),
                 "learner_steps": counts.get("learner_steps", 0)}
 
     control = ControlService(status, lambda: learner.get_variables(["policy"])[0],

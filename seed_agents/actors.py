@@ -52,7 +52,8 @@ class PolicyActor(core.Actor):
     """Acts in one environment with a batched `Policy` (batch of one).
 
     Rows go to an `UnrollAdder` with a single slot, in the same layout the central
-    inference server writes, so the same learner consumes both.
+    inference server writes, so the same learner consumes both. `env_id` is the id the
+    policy sees for this environment (see `Policy.step`).
     """
 
     def __init__(
@@ -60,6 +61,7 @@ class PolicyActor(core.Actor):
         policy: core.Policy,
         adder: unrolls.UnrollAdder | None = None,
         variable_client: VariableClient | None = None,
+        env_id: int = 0,
     ):
         self._policy = policy
         self._adder = adder
@@ -69,6 +71,7 @@ class PolicyActor(core.Actor):
         self._prev_action: np.ndarray | None = None
         self._pending: dm_env.TimeStep | None = None
         self._slot = np.zeros(1, np.int64)
+        self._env_ids = np.array([env_id], np.int64)
 
     def observe_first(self, timestep: dm_env.TimeStep) -> None:
         self._state = self._initial_state
@@ -83,7 +86,8 @@ class PolicyActor(core.Actor):
             prev = np.zeros((1,), np.int32)
         state_in = self._state
         action, extras, self._state = self._policy.step(
-            np.asarray(observation)[None], prev.astype(np.int32, copy=False), state_in
+            np.asarray(observation)[None], prev.astype(np.int32, copy=False), state_in,
+            self._env_ids,
         )
         self._add(self._pending, prev, action, extras, state_in)
         self._prev_action = action

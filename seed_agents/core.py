@@ -48,10 +48,17 @@ class Policy(abc.ABC):
     environment took before this observation (0 at the FIRST step of an episode); the
     caller keeps it, as it keeps `state`, and resets both at FIRST steps. `extras` are
     stored beside the action in the unroll (e.g. the behaviour logits V-trace needs).
+
+    `env_ids` name the environments of the batch (the server's slots, 0..N-1), so a policy
+    can act differently per environment (R2D2's per-environment epsilon). Environments with
+    ids below `num_evaluation_envs` are evaluation environments, as in SEED: the policy
+    acts greedily there, and the server keeps their experience out of replay and their
+    returns in statistics of their own.
     """
 
     extras_spec: dict[str, Any]
     state_spec: Any
+    num_evaluation_envs: int = 0
 
     @abc.abstractmethod
     def initial_state(self, batch_size: int) -> Any:
@@ -59,9 +66,10 @@ class Policy(abc.ABC):
 
     @abc.abstractmethod
     def step(
-        self, observation: np.ndarray, prev_action: np.ndarray, state: Any
+        self, observation: np.ndarray, prev_action: np.ndarray, state: Any,
+        env_ids: np.ndarray | None = None,
     ) -> tuple[np.ndarray, dict[str, np.ndarray], Any]:
-        """Returns (action, extras, next_state) for a batch."""
+        """Returns (action, extras, next_state) for a batch; `env_ids` default to 0..B-1."""
 
 
 class VariableSource(abc.ABC):

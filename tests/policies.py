@@ -25,7 +25,7 @@ class CountingPolicy(Policy):
     def initial_state(self, batch_size: int):
         return (np.zeros((batch_size, 1), np.float32),)
 
-    def step(self, observation, prev_action, state):
+    def step(self, observation, prev_action, state, env_ids=None):
         self.calls += 1
         self.batch_sizes.append(len(observation))
         action = (observation.reshape(len(observation), -1)[:, 0] > 0).astype(np.int32)

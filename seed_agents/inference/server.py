@@ -66,15 +66,16 @@ class EpisodeStats:
             self._lengths.extend(lengths.tolist())
             self.episodes += len(returns)
 
-    def summary(self) -> dict[str, float]:
-        """Episodes so far and the mean return and length over the window."""
+    def summary(self, prefix: str = "") -> dict[str, float]:
+        """Episodes so far and the mean return and length over the window; keys get
+        `prefix` (e.g. "eval_")."""
         with self._lock:
             n = len(self._returns)
             return {
-                "episodes": self.episodes,
-                "mean_return": float(np.mean(self._returns)) if n else float("nan"),
-                "mean_length": float(np.mean(self._lengths)) if n else float("nan"),
-                "window_episodes": n,
+                f"{prefix}episodes": self.episodes,
+                f"{prefix}mean_return": float(np.mean(self._returns)) if n else float("nan"),
+                f"{prefix}mean_length": float(np.mean(self._lengths)) if n else float("nan"),
+                f"{prefix}window_episodes": n,
             }
 
 
@@ -103,6 +104,7 @@ class InferenceServer:
         config: InferenceConfig | None = None,
         counter: Counter | None = None,
         stats: EpisodeStats | None = None,
+        eval_stats: EpisodeStats | None = None,
     ):
         self._policy = policy
         self._spec = env_spec
@@ -110,7 +112,14 @@ class InferenceServer:
         self._config = config = config or InferenceConfig()
         self._counter = counter or Counter()
         self.stats = stats or EpisodeStats()
+        self.eval_stats = eval_stats or EpisodeStats()
         n = config.max_envs
+        self._num_eval = policy.num_evaluation_envs
+        if not 0 <= self._num_eval < n:
+            raise ValueError(
+                f"The policy has {self._num_eval} evaluation environments; it needs "
+                f"0 <= num_evaluation_envs < max_envs={n} to leave some for training."
+            )
         self._obs_shape = tuple(env_spec.observations.shape)
         self._obs_dtype = np.dtype(env_spec.observations.dtype)
         self._state = tree.map_structure(np.copy, policy.initial_state(n))
@@ -238,12 +247,13 @@ class InferenceServer:
             for s, init in zip(tree.flatten(state_in), tree.flatten(self._initial_state),
                                strict=True):
                 s[first] = init[0]
-        action, extras, state_out = self._policy.step(obs, prev_action, state_in)
+        action, extras, state_out = self._policy.step(obs, prev_action, state_in, slots)
         action = np.asarray(action, self._prev_action.dtype)
         for s, new in zip(tree.flatten(self._state), tree.flatten(state_out), strict=True):
             s[slots] = new
         self._prev_action[slots] = action
 
+        evaluation = slots < self._num_eval if self._num_eval else None
         if self._adder is not None:
             rows = {
                 unrolls.OBSERVATION: obs,
@@ -254,8 +264,17 @@ class InferenceServer:
                 unrolls.ACTION: action,
                 unrolls.EXTRAS: extras,
             }
-            self._adder.add(slots, rows, state_in)
-        self._track_episodes(slots, reward, first, step_type == LAST)
+            if evaluation is not None and evaluation.any():
+                # Evaluation environments act greedily: their experience is not training data.
+                train = ~evaluation
+                slots_in, rows, state_in = (
+                    slots[train], tree.map_structure(lambda x: x[train], rows),
+                    tree.map_structure(lambda x: x[train], state_in))
+                if slots_in.size:
+                    self._adder.add(slots_in, rows, state_in)
+            else:
+                self._adder.add(slots, rows, state_in)
+        self._track_episodes(slots, reward, first, step_type == LAST, evaluation)
 
         if len(requests) == 1:
             return [action]
@@ -263,7 +282,8 @@ class InferenceServer:
         return np.split(action, bounds)
 
     def _track_episodes(
-        self, slots: np.ndarray, reward: np.ndarray, first: np.ndarray, last: np.ndarray
+        self, slots: np.ndarray, reward: np.ndarray, first: np.ndarray, last: np.ndarray,
+        evaluation: np.ndarray | None,
     ) -> None:
         stepped = ~first
         returns = np.where(first, 0.0, self._episode_return[slots] + reward)
@@ -271,7 +291,12 @@ class InferenceServer:
         self._episode_return[slots] = returns
         self._episode_length[slots] = lengths
         if last.any():
-            self.stats.record(returns[last], lengths[last])
+            if evaluation is None:
+                self.stats.record(returns[last], lengths[last])
+            else:
+                train_last, eval_last = last & ~evaluation, last & evaluation
+                self.stats.record(returns[train_last], lengths[train_last])
+                self.eval_stats.record(returns[eval_last], lengths[eval_last])
         self._counter.increment(env_steps=int(stepped.sum()), inference_batches=1)
 
     def _reset_new_slots(self, slots: np.ndarray) -> None:
@@ -284,6 +309,14 @@ class InferenceServer:
             self._adder.reset(fresh)
         self._episode_return[fresh] = 0.0
         self._episode_length[fresh] = 0
+
+    def status(self) -> dict[str, float]:
+        """Training episode statistics, plus "eval_"-prefixed ones of the evaluation
+        environments when the policy has any."""
+        status = self.stats.summary()
+        if self._num_eval:
+            status.update(self.eval_stats.summary("eval_"))
+        return status
 
     def close(self) -> None:
         """Stops batching; callers still waiting get `BatcherClosedError`."""

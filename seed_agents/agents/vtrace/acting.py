@@ -64,7 +64,8 @@ class VTracePolicy(Policy):
         )
 
     def step(
-        self, observation: np.ndarray, prev_action: np.ndarray, state: Any
+        self, observation: np.ndarray, prev_action: np.ndarray, state: Any,
+        env_ids: np.ndarray | None = None,
     ) -> tuple[np.ndarray, dict[str, np.ndarray], Any]:
         action, extras, next_state = self._step(observation, prev_action, state)
         return (
