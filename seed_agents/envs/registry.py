@@ -1,8 +1,17 @@
 """String ids for environments, and factories that build them in any process.
 
 An id is `<prefix>:<rest>`; the prefix picks a registered builder and the rest is that
-builder's business. Built in are `gym:<gymnasium id>` and `fake[:key=value,...]`; other
-prefixes (e.g. `atari:`) are added with `register`.
+builder's business. Built in are
+
+* `gym:<gymnasium id>`, e.g. `gym:CartPole-v1`;
+* `fake[:key=value,...]`, e.g. `fake:obs=84x84x4,dtype=uint8,actions=6` (see `_FAKE_OPTIONS`);
+* `atari:<game>[,key=value,...]`, e.g. `atari:Pong` or `atari:breakout,life_loss=1`, with keys
+  repeat, max_pool, stack, noops, sticky, life_loss, max_frames, full_actions (see
+  `seed_agents.envs.atari`; ale-py is imported only when such an id is used);
+* `mask:<flat indices>:<id>`, e.g. `mask:1,3:gym:CartPole-v1`: the inner environment with
+  those observation entries zeroed (see `seed_agents.envs.masked`).
+
+Other prefixes are added with `register`.
 
 Ids exist because actors run in other processes: a string (wrapped in a small frozen
 dataclass) pickles anywhere, while an environment object usually does not.
@@ -19,6 +28,7 @@ import gymnasium
 
 from seed_agents.envs.fake import FakeEnvironment, validate_fake_arguments
 from seed_agents.envs.gym_adapter import GymToDmEnv
+from seed_agents.envs.masked import MaskedObservation, parse_mask_id
 
 EnvironmentFactory = Callable[[int], dm_env.Environment]
 """Builds an environment from a seed; each actor calls it with its own seed."""
@@ -218,3 +228,40 @@ def _make_fake(options: str, seed: int | None) -> dm_env.Environment:
 
 register("gym", _make_gym, validate=_validate_gym)
 register("fake", _make_fake, validate=_validate_fake)
+
+
+# --- atari: -----------------------------------------------------------------------------
+# The module is imported on first use, so that processes without Atari never load ale-py.
+
+
+def _validate_atari(rest: str) -> None:
+    from seed_agents.envs import atari
+
+    atari.parse_atari_id(rest)
+
+
+def _make_atari(rest: str, seed: int | None) -> dm_env.Environment:
+    from seed_agents.envs import atari
+
+    return atari.make_atari(rest, seed)
+
+
+# --- mask: ------------------------------------------------------------------------------
+
+
+def _validate_mask(rest: str) -> None:
+    _, inner_id = parse_mask_id(rest)
+    try:
+        validate_environment_id(inner_id)
+    except ValueError as e:
+        raise ValueError(f"Bad inner id in 'mask:{rest}': {e}") from None
+
+
+def _make_mask(rest: str, seed: int | None) -> dm_env.Environment:
+    _validate_mask(rest)  # So that a bad inner id reads the same from here as from a factory.
+    indices, inner_id = parse_mask_id(rest)
+    return MaskedObservation(make_environment(inner_id, seed), indices)
+
+
+register("atari", _make_atari, validate=_validate_atari)
+register("mask", _make_mask, validate=_validate_mask)
