@@ -33,6 +33,12 @@ class AgentBuilder(abc.ABC):
     #: The Reverb table that unrolls go to and the learner samples from.
     table: str = "unrolls"
 
+    #: Whether a run checkpoints the replay beside the learner, so that a resumed run
+    #: samples what the killed one had stored. Worth it for off-policy replay (a large
+    #: prioritized table that took long to fill); not for an on-policy queue, whose
+    #: items are stale for the restored policy anyway.
+    checkpoint_replay: bool = True
+
     @property
     @abc.abstractmethod
     def unroll_length(self) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import reverb
 
@@ -22,6 +22,10 @@ from seed_agents.utils.loggers import Logger
 @dataclasses.dataclass
 class VTraceBuilder(AgentBuilder):
     config: VTraceConfig = dataclasses.field(default_factory=VTraceConfig)
+
+    # The queue holds unrolls of the policy of the moment: after a restart they would be
+    # stale, and the queue refills within seconds. The learner still checkpoints.
+    checkpoint_replay: ClassVar[bool] = False
 
     @property
     def unroll_length(self) -> int:

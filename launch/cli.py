@@ -15,14 +15,19 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is first imported
 
 from builders.base import AgentBuilder  # noqa: E402
+from builders.r2d2 import R2D2Builder  # noqa: E402
 from builders.vtrace import VTraceBuilder  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
 from launch.inprocess import run_inprocess  # noqa: E402
 from launch.local_mp import run_local_mp  # noqa: E402
 from launch.ray_backend import run_ray  # noqa: E402 - imports Ray only when run
+from seed_agents.agents.r2d2.config import R2D2Config  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
 
-AGENTS: dict[str, tuple[type, type]] = {"vtrace": (VTraceBuilder, VTraceConfig)}
+AGENTS: dict[str, tuple[type, type]] = {
+    "vtrace": (VTraceBuilder, VTraceConfig),
+    "r2d2": (R2D2Builder, R2D2Config),
+}
 BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
 
 
@@ -107,7 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--max-wall-s", type=float, default=None,
                        help="stop after this many seconds")
     train.add_argument("--logdir", default=None,
-                       help="directory for CSV logs (default: runs/<agent>-<time>)")
+                       help="directory for CSV logs and checkpoints "
+                            "(default: runs/<agent>-<time>)")
+    train.add_argument("--checkpoint-every-s", type=float, default=600.0,
+                       help="seconds between checkpoints of the learner, the counts and "
+                            "(for off-policy agents) the replay in <logdir>/checkpoints; "
+                            "also saved at shutdown; 0 disables (default: 600)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the run in --logdir from its checkpoints; without "
+                            "it a logdir that holds checkpoints is refused")
     train.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override an agent config field (repeatable)")
     return parser
@@ -134,7 +147,10 @@ def train(args: argparse.Namespace) -> int:
             logdir=logdir,
             evaluate_every_s=args.evaluate_every_s or None,
             learner_gpus=args.learner_gpus,
+            checkpoint_every_s=args.checkpoint_every_s or None,
+            resume=args.resume,
         )
+        experiment.check_checkpoints()  # the backends check too; here the error is short
     except (ValueError, TypeError) as error:
         print(f"seed-agents: error: {error}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from seed_agents.envs.registry import EnvironmentFactory
+from seed_agents.utils.checkpointing import check_resume
 
 if TYPE_CHECKING:  # builders import TensorFlow; runner processes import this module
     from builders.base import AgentBuilder
@@ -41,6 +42,16 @@ class Experiment:
       evaluate_every_s: distributed backends run an evaluator node that plays one greedy
         episode with the learner's latest variables this often; None runs none.
       learner_gpus: GPUs a cluster backend reserves for the learner node.
+      checkpoint_every_s: seconds between checkpoints of the learner (variables,
+        optimizer, step), the run's counts and, when the builder's `checkpoint_replay`
+        says so, the replay, in `<logdir>/checkpoints/{learner,replay}`; a stopped run
+        also checkpoints once more on its way out (a killed one keeps the last timer
+        checkpoint). None or 0 disables checkpointing; a run without a logdir (in-process
+        only: the other backends always make one) keeps none.
+      resume: continue the run whose checkpoints are in `logdir`: the learner, the
+        counts (its env steps count toward `max_env_steps`) and the replay are restored,
+        CSV logs are appended to. Without it, a logdir that holds checkpoints is refused
+        (see `check_checkpoints`), so an earlier run is never overwritten.
     """
 
     builder: AgentBuilder
@@ -60,6 +71,8 @@ class Experiment:
     log_every_s: float = 1.0
     evaluate_every_s: float | None = 5.0
     learner_gpus: float = 0.0
+    checkpoint_every_s: float | None = 600.0
+    resume: bool = False
 
     def __post_init__(self):
         if self.num_runners < 1:
@@ -81,6 +94,11 @@ class Experiment:
             raise ValueError("transport='grpc' serves central inference; use inference='central'.")
         if self.max_wall_s is not None and self.max_wall_s <= 0:
             raise ValueError(f"max_wall_s must be > 0, got {self.max_wall_s}.")
+        if self.checkpoint_every_s is not None and self.checkpoint_every_s < 0:
+            raise ValueError("checkpoint_every_s must be > 0 (or None or 0: no checkpoints), "
+                             f"got {self.checkpoint_every_s}.")
+        if self.resume and not self.logdir:
+            raise ValueError("resume=True continues the run in logdir: pass its logdir.")
 
     @property
     def num_envs(self) -> int:
@@ -88,6 +106,18 @@ class Experiment:
 
     def runner_seed(self, runner: int) -> int:
         return self.seed + 1000 * runner
+
+    @property
+    def checkpointing(self) -> bool:
+        """Whether this run saves checkpoints (a logdir and a checkpoint interval)."""
+        return bool(self.logdir and self.checkpoint_every_s)
+
+    def check_checkpoints(self) -> None:
+        """Raises ValueError when the logdir's checkpoints and `resume` disagree.
+
+        Every backend calls this before it starts anything; it changes nothing on disk.
+        """
+        check_resume(self.logdir, self.resume)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,10 @@ construction order matters and is the same in every backend:
 Shutdown runs the other way round, driven by one `stop` event that every loop checks:
 runners stop first (the inference server no longer gets requests), then the learner (its
 dataset times out within a second), then Reverb.
+
+Checkpoints (a logdir and `checkpoint_every_s`): the learner thread saves between steps
+and at its end; the replay, when the builder keeps it, on a timer and just before Reverb
+stops. On resume both are restored before anything acts or learns.
 """
 
 from __future__ import annotations
@@ -25,10 +29,10 @@ from collections.abc import Callable
 from typing import TextIO
 
 import numpy as np
-import reverb
 
 from launch.experiment import Experiment, RunResult
-from launch.limiter import StepLimiter
+from launch.limiter import StepLimiter, program_status
+from launch.nodes import learner_checkpointer, start_replay
 from seed_agents.environment_loop import EnvironmentLoop
 from seed_agents.envs.registry import environment_factory
 from seed_agents.inference.batcher import BatcherClosedError
@@ -37,6 +41,7 @@ from seed_agents.inference.runner import EnvRunner
 from seed_agents.inference.runner_process import run_runner_until_signalled
 from seed_agents.inference.server import EpisodeStats, InferenceConfig
 from seed_agents.specs import make_environment_spec
+from seed_agents.utils.checkpointing import replay_items, run_learner
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import CSVLogger, Logger, NoOpLogger, make_default_logger
 from seed_agents.utils.tf_threads import configure_tf_threads
@@ -72,7 +77,10 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
 
     Raises RuntimeError naming the component when one fails; everything started is
     stopped in any case (each component registers its own cleanup as it starts).
+    Raises ValueError before anything starts when the logdir's checkpoints and
+    `experiment.resume` disagree.
     """
+    experiment.check_checkpoints()
     configure_tf_threads()
     import tensorflow as tf
 
@@ -97,19 +105,26 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
     stats = EpisodeStats()
     processes: list[multiprocessing.process.BaseProcess] = []
     with contextlib.ExitStack() as cleanup:
-        # Callbacks run in reverse: stop runners first, then inference, learner, replay.
-        replay = reverb.Server(builder.make_replay_tables(spec, policy), port=None)
+        # Callbacks run in reverse: stop runners first, then inference, learner, replay
+        # (its last checkpoint, when it has them, just before it stops).
+        replay, replay_saver = start_replay(experiment, builder.make_replay_tables(spec, policy))
         cleanup.callback(replay.stop)
+        if replay_saver is not None:
+            cleanup.callback(replay_saver.close)
+        client = replay.localhost_client()
+        # Counted before the learner's dataset samples: what the replay restored.
+        items = replay_items(client) if experiment.resume else 0
         learner_logger: Logger = (
-            CSVLogger(experiment.logdir, "learner") if experiment.logdir else NoOpLogger()
+            CSVLogger(experiment.logdir, "learner", append=experiment.resume)
+            if experiment.logdir else NoOpLogger()
         )
         cleanup.callback(learner_logger.close)
         learner = builder.make_learner(networks, f"localhost:{replay.port}", counter,
                                        learner_logger)
-        learner_thread = threads.start("learner", functools.partial(learner.run,
-                                                                     stop_event=stop))
+        checkpointer = learner_checkpointer(experiment, learner, counter, items, stream)
+        learner_thread = threads.start("learner", functools.partial(
+            run_learner, learner, stop, checkpointer))
         cleanup.callback(learner_thread.join, _JOIN_TIMEOUT_S)
-        client = replay.localhost_client()
         inference = None
         if experiment.inference == "central":
             adder = builder.make_adder(client, experiment.num_envs, spec, policy, stop)
@@ -146,14 +161,12 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
         cleanup.callback(stop.set)
         logger = make_default_logger(
             "train", experiment.logdir, total=experiment.max_env_steps,
-            print_every_s=experiment.log_every_s, stream=stream,
+            print_every_s=experiment.log_every_s, stream=stream, append=experiment.resume,
         )
         cleanup.callback(logger.close)
         def status() -> dict:
-            counts = counter.get_counts()
             episodes = inference.status() if inference is not None else stats.summary()
-            return {**episodes, "env_steps": counts.get("env_steps", 0),
-                    "learner_steps": counts.get("learner_steps", 0)}
+            return program_status(counter, episodes)
 
         def failure() -> str | None:
             dead = [p.name for p in processes if p.exitcode not in (None, 0)]

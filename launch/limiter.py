@@ -19,6 +19,13 @@ from seed_agents.utils.loggers import Logger
 Status = Callable[[], dict[str, Any]]
 
 
+def program_status(counter: Any, episodes: dict[str, Any]) -> dict[str, Any]:
+    """What every backend's status reports: episode statistics and the run's counts
+    (env_steps and learner_steps always; eval_env_steps, learner_samples and the like when
+    counted)."""
+    return {**episodes, "env_steps": 0, "learner_steps": 0, **counter.get_counts()}
+
+
 class StepLimiter:
     def __init__(self, experiment: Experiment, status: Status, logger: Logger,
                  poll_s: float = 0.05):

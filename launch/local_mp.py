@@ -216,11 +216,15 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
     """Runs `experiment` as one process per node until its budget, target or time limit.
 
     Ctrl-C stops the program gracefully (within 10 s) and re-raises KeyboardInterrupt.
+    Raises ValueError before anything starts when the logdir's checkpoints and
+    `experiment.resume` disagree. Checkpoints are the nodes' business: the learner node
+    saves and restores the learner and the counts, the replay node the replay.
     """
     stream = stream or sys.stdout
     run_dir = Path(experiment.logdir or f"runs/local_mp-{time.strftime('%Y%m%d-%H%M%S')}")
-    run_dir.mkdir(parents=True, exist_ok=True)
     experiment = _with_logdir(experiment, str(run_dir))
+    experiment.check_checkpoints()
+    run_dir.mkdir(parents=True, exist_ok=True)
     program = make_program(experiment)
     supervisor = _Supervisor(program, run_dir)
     console = _Console(run_dir / "logs", stream)

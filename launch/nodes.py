@@ -8,6 +8,8 @@ need them: a runner node imports neither.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from typing import Any
 
 from launch.experiment import Experiment
@@ -52,20 +54,77 @@ def _agent(experiment: Experiment, evaluation: bool = False) -> tuple[Any, Any, 
     return spec, networks, policy
 
 
+def start_replay(experiment: Experiment, tables: list[Any]) -> tuple[Any, Any]:
+    """The run's Reverb server and, when it is checkpointed, its `ReplayCheckpointer`.
+
+    The replay is checkpointed when the builder says it is worth it (`checkpoint_replay`)
+    and the run checkpoints; on resume the server loads the newest replay checkpoint as
+    it starts. The caller closes the checkpointer (a last checkpoint) before it stops the
+    server. Shared by the in-process backend and `replay_node`.
+    """
+    import reverb
+
+    from seed_agents.utils import checkpointing
+
+    checkpointer = None
+    keep = experiment.builder.checkpoint_replay and (experiment.checkpointing
+                                                     or experiment.resume)
+    if keep:
+        checkpointer = reverb.checkpointers.DefaultCheckpointer(
+            checkpointing.replay_directory(experiment.logdir))
+    # Without a checkpointer of ours Reverb makes a temporary directory for its own.
+    server = reverb.Server(tables, port=None, checkpointer=checkpointer)
+    saver = None
+    if keep and experiment.checkpointing:
+        saver = checkpointing.ReplayCheckpointer(
+            server.localhost_client(), checkpointing.replay_metadata_path(experiment.logdir),
+            experiment.checkpoint_every_s)
+    return server, saver
+
+
+def learner_checkpointer(experiment: Experiment, learner: Any, counter: Any,
+                         replay_items: int, stream: Any = None) -> Any:
+    """The learner's `Checkpointer`, restored on resume; None when the run saves none.
+
+    On resume it restores the learner and the counts and prints one line saying what
+    came back; `replay_items` is the replay's size, read before the learner's dataset
+    started sampling. Shared by the in-process backend and `learner_node`.
+    """
+    from seed_agents.utils import checkpointing
+
+    if not (experiment.checkpointing or experiment.resume):
+        return None
+    checkpointer = checkpointing.Checkpointer(
+        learner.checkpoint_objects(), checkpointing.learner_directory(experiment.logdir),
+        counter, every_s=experiment.checkpoint_every_s or None)
+    if experiment.resume:
+        if not checkpointer.restore_latest():  # check_checkpoints saw one: it went away
+            raise ValueError(f"No learner checkpoint in {checkpointer.directory} to resume.")
+        replay = "" if experiment.builder.checkpoint_replay else " (not checkpointed)"
+        print(f"resumed from {os.path.join(experiment.logdir, 'checkpoints')}: "
+              f"learner step {checkpointer.step}, "
+              f"env steps {counter.get_counts().get('env_steps', 0)}, "
+              f"replay items {replay_items}{replay}", file=stream or sys.stdout, flush=True)
+    return checkpointer if experiment.checkpointing else None
+
+
 def replay_node(context: NodeContext, experiment: Experiment) -> None:
     """A Reverb server with the agent's tables (it listens on every interface)."""
     from seed_agents.utils.tf_threads import configure_tf_threads
 
     configure_tf_threads(1, 1)
-    import reverb
 
     spec, _, policy = _agent(experiment)
-    server = reverb.Server(experiment.builder.make_replay_tables(spec, policy), port=None)
+    server, saver = start_replay(experiment, experiment.builder.make_replay_tables(spec, policy))
     try:
         context.publish("replay", f"{context.bind_host}:{server.port}")
         context.stop_event.wait()
     finally:
-        server.stop()
+        try:
+            if saver is not None:
+                saver.close()  # the runners and the learner stopped first: nothing is torn
+        finally:
+            server.stop()
 
 
 def learner_node(context: NodeContext, experiment: Experiment) -> None:
@@ -74,8 +133,10 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
 
     configure_tf_threads()
     from launch.control import ControlService
+    from launch.limiter import program_status
     from seed_agents.inference.grpc_service import InferenceService
     from seed_agents.inference.server import EpisodeStats, InferenceConfig
+    from seed_agents.utils.checkpointing import replay_items, run_learner
     from seed_agents.utils.counting import Counter
     from seed_agents.utils.loggers import CSVLogger, NoOpLogger
 
@@ -83,10 +144,15 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
     spec, networks, policy = _agent(experiment)
     counter, stats = Counter(), EpisodeStats()
     replay = context.handles["replay"]
-    learner_logger = CSVLogger(context.logdir, "learner") if context.logdir else NoOpLogger()
+    client = replay.dereference()
+    # Read before the learner's dataset samples and before runners (who need the
+    # inference service published below) insert: the count is what the replay restored.
+    items = replay_items(client) if experiment.resume else 0
+    learner_logger = (CSVLogger(context.logdir, "learner", append=experiment.resume)
+                      if context.logdir else NoOpLogger())
     learner = builder.make_learner(networks, replay.address, counter, learner_logger)
-    adder = builder.make_adder(replay.dereference(), experiment.num_envs, spec, policy,
-                               context.stop_event)
+    checkpointer = learner_checkpointer(experiment, learner, counter, items)
+    adder = builder.make_adder(client, experiment.num_envs, spec, policy, context.stop_event)
     # A restarted runner reconnects under its node name, which frees its predecessor's
     # slots (see `InferenceServer.connect`), so the slots are exactly the program's. Its
     # new stream can open before gRPC notices the old one is gone: twice the streams.
@@ -98,16 +164,14 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
                                max_runners=2 * experiment.num_runners)
 
     def status() -> dict[str, Any]:
-        counts = counter.get_counts()
-        return {**inference.status(), "env_steps": counts.get("env_steps", 0),
-                "learner_steps": counts.get("learner_steps", 0)}
+        return program_status(counter, inference.status())
 
     control = ControlService(status, lambda: learner.get_variables(["policy"])[0],
                              address=f"{context.bind_host}:0")
     try:
         context.publish("inference", service.start())
         context.publish("control", control.start())
-        learner.run(stop_event=context.stop_event)
+        run_learner(learner, context.stop_event, checkpointer)
     finally:
         service.stop()
         inference.close()

@@ -26,6 +26,9 @@ limiter and the same `RunResult`; what changes is who places and restarts the no
   every machine). Ray forwards the nodes' console output to the driver, prefixed with the
   node's name and pid (Ray folds repeated lines; RAY_DEDUP_LOGS=0 keeps them all).
   `<logdir>/nodes.json` lists each node's pid and node IP, updated on restarts.
+- Checkpoints: the learner node writes `<logdir>/checkpoints/learner`, the replay node
+  `<logdir>/checkpoints/replay`, each on its own machine; resuming on a cluster needs
+  them where the new nodes run (the same machines, or a logdir on shared storage).
 - Clusters: every machine needs this package and its dependencies installed (no code
   is shipped). Ray 2.60 turns token authentication on by default; a driver that joins a
   cluster by address needs `RAY_AUTH_MODE=token` and the cluster's token (`RAY_AUTH_TOKEN`
@@ -389,12 +392,15 @@ def run_ray(
 
     Blocks until done. Raises `NodeFailedError` when a vital node dies or a node cannot
     start; Ctrl-C stops every node (within about 10 s) and re-raises KeyboardInterrupt.
+    Raises ValueError before anything starts when the logdir's checkpoints and
+    `experiment.resume` disagree.
     """
 
     stream = stream or sys.stdout
     run_dir = Path(experiment.logdir or f"runs/ray-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
     experiment = dataclasses.replace(experiment, logdir=str(run_dir))
+    experiment.check_checkpoints()
+    run_dir.mkdir(parents=True, exist_ok=True)
     program = make_program(experiment)
     actors = _Actors(program, run_name or run_dir.name, run_dir)
     stop = threading.Event()

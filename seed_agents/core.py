@@ -118,6 +118,19 @@ class Learner(VariableSource, Worker, Saveable):
             self.step()
             done += 1
 
+    def checkpoint_objects(self) -> dict[str, Any]:
+        """The learner's whole state as named TensorFlow trackables, for checkpoints.
+
+        Everything needed to continue training after a restart: the networks (or their
+        variables), the optimizer (slots and iteration count), the learner's step count
+        under "step" as an int64 `tf.Variable`, and whatever else the agent keeps (a
+        target network, ...). The names are the checkpoint's keys, so keep them stable;
+        "counts" is taken (the run's counts go beside). The objects are the learner's
+        own, not copies: `utils.checkpointing.Checkpointer` saves and restores them in
+        place, between steps, in the thread that steps the learner.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support checkpointing yet.")
+
     def save(self) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not support checkpointing yet.")
 

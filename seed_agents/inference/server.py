@@ -297,7 +297,13 @@ class InferenceServer:
                 train_last, eval_last = last & ~evaluation, last & evaluation
                 self.stats.record(returns[train_last], lengths[train_last])
                 self.eval_stats.record(returns[eval_last], lengths[eval_last])
-        self._counter.increment(env_steps=int(stepped.sum()), inference_batches=1)
+        if evaluation is None:
+            self._counter.increment(env_steps=int(stepped.sum()), inference_batches=1)
+        else:
+            # Evaluation steps are not experience: they count apart, as an evaluator's do.
+            evaluated = int((stepped & evaluation).sum())
+            self._counter.increment(env_steps=int(stepped.sum()) - evaluated,
+                                    eval_env_steps=evaluated, inference_batches=1)
 
     def _reset_new_slots(self, slots: np.ndarray) -> None:
         needs_reset = self._needs_reset[slots]

@@ -145,9 +145,11 @@ class UnrollAdder:
 
     `add` takes one row for each of a batch of slots (arrays with a leading batch axis).
     Each slot fills its buffer of T+1 rows; when full, the unroll goes to `sink` (an
-    `UnrollWriter`, or any callable taking the unroll dict), and the last row is kept as
-    row 0 of the slot's next unroll. `reset(slots)` discards partial unrolls, e.g. of a
-    runner that disconnected: they are never written.
+    `UnrollWriter`, or any callable taking the unroll dict), and the next unroll starts
+    `period` rows later: its first T+1-period rows are the last ones of this unroll. The
+    default period T overlaps one row (V-trace's bootstrap row); R2D2 overlaps half its
+    sequences. `reset(slots)` discards partial unrolls, e.g. of a runner that
+    disconnected: they are never written.
     """
 
     def __init__(
@@ -157,13 +159,19 @@ class UnrollAdder:
         unroll_length: int,
         row_spec: Mapping[str, Any],
         state_spec: Any = (),
+        period: int | None = None,
     ):
         if unroll_length < 1:
             raise ValueError(f"unroll_length must be >= 1, got {unroll_length}.")
+        period = unroll_length if period is None else period
+        if not 1 <= period <= unroll_length:
+            raise ValueError(f"period must be in [1, unroll_length={unroll_length}], got {period}.")
         if num_slots < 1:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}.")
         self._write = sink.write if isinstance(sink, UnrollWriter) else sink
         self._length = unroll_length + 1
+        self._period = period
+        self._overlap = self._length - period
         self._recurrent = bool(tree.flatten(state_spec))
         self._rows = tree.map_structure(
             lambda s: np.zeros((num_slots, self._length, *s.shape), s.dtype), dict(row_spec)
@@ -171,12 +179,12 @@ class UnrollAdder:
         self._row_leaves = tree.flatten(self._rows)
         self._row_structure = dict(row_spec)
         if self._recurrent:
-            self._start_state = tree.map_structure(
-                lambda s: np.zeros((num_slots, *s.shape), s.dtype), state_spec
+            # The state fed in with each row, carried over with the rows: the state of
+            # the row that becomes a sequence's row 0 is that sequence's start state.
+            self._states = tree.map_structure(
+                lambda s: np.zeros((num_slots, self._length, *s.shape), s.dtype), state_spec
             )
-            # The state fed in at each slot's latest row: it becomes the next unroll's
-            # start state when that row is carried over as row 0.
-            self._last_state = tree.map_structure(np.zeros_like, self._start_state)
+            self._state_leaves = tree.flatten(self._states)
         self._position = np.zeros(num_slots, np.int64)
         self.unrolls_written = 0
 
@@ -191,17 +199,8 @@ class UnrollAdder:
         for buffer, values in zip(self._row_leaves, tree.flatten(rows), strict=True):
             buffer[slots, position] = values
         if self._recurrent:
-            fresh = slots[position == 0]
-            fresh_in_batch = position == 0
-            for start, last, state in zip(
-                tree.flatten(self._start_state),
-                tree.flatten(self._last_state),
-                tree.flatten(states),
-                strict=True,
-            ):
-                last[slots] = state
-                if fresh.size:
-                    start[fresh] = state[fresh_in_batch]
+            for buffer, state in zip(self._state_leaves, tree.flatten(states), strict=True):
+                buffer[slots, position] = state
         position += 1
         self._position[slots] = position
         full = slots[position == self._length]
@@ -209,14 +208,10 @@ class UnrollAdder:
             self._write(self._unroll(slot))
             self.unrolls_written += 1
         if full.size:
-            for buffer in self._row_leaves:
-                buffer[full, 0] = buffer[full, -1]
-            if self._recurrent:
-                for start, last in zip(
-                    tree.flatten(self._start_state), tree.flatten(self._last_state), strict=True
-                ):
-                    start[full] = last[full]
-            self._position[full] = 1
+            keep = self._overlap
+            for buffer in self._row_leaves + (self._state_leaves if self._recurrent else []):
+                buffer[full, :keep] = buffer[full, self._period:]
+            self._position[full] = keep
 
     def reset(self, slots: np.ndarray) -> None:
         """Discards the partial unrolls of `slots`; their next row starts a new unroll."""
@@ -225,5 +220,5 @@ class UnrollAdder:
     def _unroll(self, slot: int) -> dict[str, Any]:
         unroll = tree.map_structure(lambda buffer: buffer[slot], self._rows)
         if self._recurrent:
-            unroll[START_STATE] = tree.map_structure(lambda s: s[slot], self._start_state)
+            unroll[START_STATE] = tree.map_structure(lambda s: s[slot, 0], self._states)
         return unroll

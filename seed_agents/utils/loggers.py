@@ -166,7 +166,11 @@ class TerminalLogger(Logger):
 
 
 class CSVLogger(Logger):
-    """Appends rows to `<directory>/<label>.csv`, one file per logger, overwritten.
+    """Appends rows to `<directory>/<label>.csv`, one file per logger.
+
+    The file is overwritten, or with `append=True` (a resumed run) continued: its header
+    is kept, so new rows line up with the old ones, and a last row torn by a crash is cut
+    off first. A new or empty file gets a header either way.
 
     The header is fixed by the first row's keys, because a CSV header cannot grow once
     rows are written without rewriting the whole file. Later rows may omit keys (the
@@ -178,11 +182,16 @@ class CSVLogger(Logger):
     The file is flushed after each row, so a crash loses at most the row in flight.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], label: str) -> None:
+    def __init__(self, directory: str | os.PathLike[str], label: str,
+                 append: bool = False) -> None:
         os.makedirs(directory, exist_ok=True)
         self.path = os.path.join(os.fspath(directory), f"{label}.csv")
-        self._file = open(self.path, "w", newline="", encoding="utf-8")
+        header = _header_to_append_to(self.path) if append else None
+        self._file = open(self.path, "a" if append else "w", newline="", encoding="utf-8")
         self._writer: csv.DictWriter[str] | None = None
+        if header is not None:
+            self._writer = csv.DictWriter(self._file, fieldnames=header, restval="",
+                                          extrasaction="ignore")
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
@@ -208,6 +217,35 @@ class CSVLogger(Logger):
         with self._lock:
             if not self._file.closed:
                 self._file.close()
+
+
+def _header_to_append_to(path: str) -> list[str] | None:
+    """The header of the CSV file at `path`, or None when there is no file or no header.
+
+    A row being written when the process was killed has no newline: it is cut off, so
+    that appended rows start on a line of their own (rows are flushed whole, so it is the
+    only one that can be torn).
+    """
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        start = max(size - 65536, 0)  # far longer than a row
+        f.seek(start)
+        tail = f.read()
+        if tail and not tail.endswith(b"\n"):
+            cut = tail.rfind(b"\n")
+            if cut >= 0:
+                f.truncate(start + cut + 1)
+            elif start == 0:
+                f.truncate(0)  # even the header was torn
+            else:
+                f.write(b"\n")
+        f.seek(0)
+        first = f.readline().decode("utf-8")
+    if not first.strip():
+        return None
+    return next(csv.reader([first]))
 
 
 class Dispatcher(Logger):
@@ -248,12 +286,14 @@ def make_default_logger(
     total: float | None = None,
     print_every_s: float = 1.0,
     stream: TextIO | None = None,
+    append: bool = False,
 ) -> Logger:
     """A terminal logger labelled `label`, plus a CSV file in `directory` when given.
 
-    `stream` defaults to `sys.stdout` as it is when this is called.
+    `stream` defaults to `sys.stdout` as it is when this is called; `append` continues an
+    existing CSV file (see `CSVLogger`).
     """
     terminal = TerminalLogger(label=label, total=total, print_every_s=print_every_s, stream=stream)
     if directory is None:
         return terminal
-    return Dispatcher([terminal, CSVLogger(directory, label)])
+    return Dispatcher([terminal, CSVLogger(directory, label, append=append)])

@@ -53,7 +53,8 @@ class VTraceLearner(core.Learner):
         )
         self._samples_per_step = config.batch_size * config.unroll_length
         self._train = tf.function(self._train_steps)
-        self._num_steps = 0
+        # A variable, not an int, so that a checkpoint carries it (see checkpoint_objects).
+        self._num_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="num_steps")
 
     @property
     def network(self) -> PolicyValueNetwork:
@@ -144,7 +145,7 @@ class VTraceLearner(core.Learner):
             self._iterator = iter(self._dataset)
             return {}
         metrics = {k: float(v) for k, v in self._train(sample.data).items()}
-        self._num_steps += 1
+        self._num_steps.assign_add(1)
         counts = self._counter.increment(
             learner_steps=1, learner_samples=self._samples_per_step
         )
@@ -154,9 +155,17 @@ class VTraceLearner(core.Learner):
     def get_variables(self, names=("policy",)) -> list[list[np.ndarray]]:
         return [[v.numpy() for v in self._network.variables] for _ in names]
 
+    def checkpoint_objects(self) -> dict[str, Any]:
+        # Slots exist only once the optimizer is built: built now, a restore fills them at
+        # once and its check that every object matched covers them too (unbuilt, TF
+        # would restore them later, when the first step builds them, unchecked).
+        self._optimizer.build(self._network.trainable_variables)
+        return {"network": self._network, "optimizer": self._optimizer,
+                "step": self._num_steps}
+
     def save(self) -> dict[str, Any]:
         return {
-            "num_steps": self._num_steps,
+            "num_steps": self.num_steps,
             "network": [v.numpy() for v in self._network.variables],
             "optimizer": [v.numpy() for v in self._optimizer.variables],
         }
@@ -170,11 +179,11 @@ class VTraceLearner(core.Learner):
             for variable, value in zip(self._optimizer.variables, state["optimizer"],
                                        strict=True):
                 variable.assign(value)
-        self._num_steps = int(state["num_steps"])
+        self._num_steps.assign(int(state["num_steps"]))
 
     @property
     def num_steps(self) -> int:
-        return self._num_steps
+        return int(self._num_steps.numpy())
 
 
 def _log_prob(logits: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:

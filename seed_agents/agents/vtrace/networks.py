@@ -9,18 +9,7 @@ import numpy as np
 import tensorflow as tf
 from dm_env import specs
 
-
-def _nature_cnn() -> list[tf.keras.layers.Layer]:
-    """The convolutions of the Nature DQN torso (Mnih et al. 2015), for 84x84 frames."""
-    return [
-        tf.keras.layers.Conv2D(32, 8, strides=4, activation="relu", name="conv_0"),
-        tf.keras.layers.Conv2D(64, 4, strides=2, activation="relu", name="conv_1"),
-        tf.keras.layers.Conv2D(64, 3, strides=1, activation="relu", name="conv_2"),
-    ]
-
-
-TORSOS = {"mlp": list, "nature_cnn": _nature_cnn}
-"""Convolutional front ends by name; the MLP layers of `hidden_sizes` follow each."""
+from seed_agents.agents.torsos import TORSOS, embed, recurrent_unroll
 
 
 class PolicyValueNetwork(tf.Module):
@@ -91,14 +80,7 @@ class PolicyValueNetwork(tf.Module):
 
     def _embed(self, observation: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Policy features and value features (the same tensor when the torso is shared)."""
-        if self._conv:
-            # Pixels arrive as uint8 (4x less to send than float32) and are scaled here.
-            x = tf.cast(observation, tf.float32) / 255.0
-            for layer in self._conv:
-                x = layer(x)
-            flat = tf.reshape(x, [-1, int(np.prod(x.shape[1:]))])
-        else:
-            flat = tf.reshape(tf.cast(observation, tf.float32), [-1, self._features])
+        flat = embed(self._conv, observation)
         x = flat
         for layer in self._torso:
             x = layer(x)
@@ -140,20 +122,8 @@ class PolicyValueNetwork(tf.Module):
         x = tf.reshape(x, [t, b, x.shape[-1]])
         v = tf.reshape(v, [t, b, v.shape[-1]])
         if self._core is not None:
-            inputs = self._core_input(x, prev_action)
-            initial = self.initial_state(b)
-
-            def core_step(carry, step_input):
-                _, hidden = carry
-                x_t, first_t = step_input
-                hidden = tuple(
-                    tf.where(first_t[:, None], init, h)
-                    for init, h in zip(initial, hidden, strict=True)
-                )
-                out, hidden = self._core(x_t, list(hidden))
-                return out, tuple(hidden)
-
-            zero_out = tf.zeros([b, self.lstm_size], tf.float32)
-            x, _ = tf.scan(core_step, (inputs, first), initializer=(zero_out, tuple(state)))
+            x, _ = recurrent_unroll(
+                self._core, self._core_input(x, prev_action), first, tuple(state)
+            )
             v = x
         return self._heads(x, v)

@@ -1,0 +1,77 @@
+"""Observation torsos shared by the agents' networks, by name.
+
+A torso maps a batch of observations to a flat feature vector. Vector observations go
+through the agent's MLP layers only; pixel torsos put convolutions in front of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import tensorflow as tf
+
+
+def _nature_cnn() -> list[tf.keras.layers.Layer]:
+    """The convolutions of the Nature DQN torso (Mnih et al. 2015), for 84x84 frames."""
+    return [
+        tf.keras.layers.Conv2D(32, 8, strides=4, activation="relu", name="conv_0"),
+        tf.keras.layers.Conv2D(64, 4, strides=2, activation="relu", name="conv_1"),
+        tf.keras.layers.Conv2D(64, 3, strides=1, activation="relu", name="conv_2"),
+    ]
+
+
+TORSOS: dict[str, Callable[[], list[tf.keras.layers.Layer]]] = {
+    "mlp": list,
+    "nature_cnn": _nature_cnn,
+}
+"""Convolutional front ends by name; an agent's MLP layers follow each."""
+
+
+def embed(conv: list[tf.keras.layers.Layer], observation: tf.Tensor) -> tf.Tensor:
+    """Runs `conv` (possibly empty) and flattens: [B, ...] -> [B, features].
+
+    Pixels arrive as uint8 (4x less to send than float32) and are scaled to [0, 1] here.
+    """
+    if conv:
+        x = tf.cast(observation, tf.float32) / 255.0
+        for layer in conv:
+            x = layer(x)
+    else:
+        x = tf.cast(observation, tf.float32)
+    return tf.reshape(x, [-1, _num_features(x)])
+
+
+def _num_features(x: tf.Tensor) -> int:
+    size = 1
+    for dim in x.shape[1:]:
+        size *= int(dim)
+    return size
+
+
+def recurrent_unroll(
+    cell: tf.keras.layers.LSTMCell,
+    inputs: tf.Tensor,
+    first: tf.Tensor,
+    state: tuple[tf.Tensor, ...],
+) -> tuple[tf.Tensor, tuple[tf.Tensor, ...]]:
+    """Runs `cell` over time-major `inputs` [T, B, F] from `state`; returns the outputs
+    [T, B, H] and the state after the last step.
+
+    The state is reset to zeros wherever `first` [T, B] is true, exactly as the inference
+    server resets it when an episode starts, so learner and actor compute the same thing
+    on sequences that cross episode boundaries.
+    """
+    zeros = tuple(tf.zeros_like(s) for s in state)
+
+    def step(carry, step_input):
+        _, hidden = carry
+        x_t, first_t = step_input
+        hidden = tuple(
+            tf.where(first_t[:, None], zero, h) for zero, h in zip(zeros, hidden, strict=True)
+        )
+        out, hidden = cell(x_t, list(hidden))
+        return out, tuple(hidden)
+
+    zero_out = tf.zeros([tf.shape(inputs)[1], cell.units], tf.float32)
+    outputs, states = tf.scan(step, (inputs, first), initializer=(zero_out, tuple(state)))
+    return outputs, tuple(s[-1] for s in states)

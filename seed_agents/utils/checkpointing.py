@@ -1,0 +1,287 @@
+"""Checkpoints: a learner's state and a run's counts, and a Reverb server's tables.
+
+A run directory keeps them at stable paths, so a restarted run finds them:
+
+    <logdir>/checkpoints/learner       TF checkpoints (tf.train.CheckpointManager)
+    <logdir>/checkpoints/replay        Reverb's checkpoints: that directory is Reverb's alone
+    <logdir>/checkpoints/replay.json   what the newest replay checkpoint holds (for people)
+
+Learner state and counts are saved as one TF checkpoint, in the learner's thread between
+two steps: a train step assigns many variables, and a snapshot taken from another thread
+while it runs would mix two steps. The counts (env steps, learner steps...) are a JSON
+string variable of that same checkpoint, so they can never disagree with the variables
+they describe, whenever a kill lands.
+
+Reverb 0.14 (`reverb.checkpointers.DefaultCheckpointer(path)`):
+- a server built with a checkpointer on `path` loads the newest complete checkpoint there
+  (a `<path>/<UTC time>/` directory holding a DONE file; one without DONE, e.g. cut short
+  by a kill, is skipped), or starts empty when there is none;
+- `client.checkpoint()` writes a new one and returns its absolute path, then deletes all
+  other entries of `path` but the lexicographically last: one checkpoint is kept, and any
+  file of ours placed in `path` would make Reverb delete its own checkpoints. Hence the
+  metadata file beside the directory, not in it.
+- a checkpoint whose tables the server does not have fails the server's construction
+  (ValueError naming the table).
+
+Importing this module does not import TensorFlow or Reverb: backends call
+`check_resume` in processes that never need either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from seed_agents.utils.counting import Counter
+
+_COUNTS = "counts"  # the checkpoint name of the counts; learners cannot use it
+
+
+def learner_directory(logdir: str | os.PathLike[str]) -> str:
+    """Where a run's learner checkpoints live."""
+    return os.path.join(os.fspath(logdir), "checkpoints", "learner")
+
+
+def replay_directory(logdir: str | os.PathLike[str]) -> str:
+    """Where a run's Reverb checkpoints live (Reverb owns this directory: see above)."""
+    return os.path.join(os.fspath(logdir), "checkpoints", "replay")
+
+
+def replay_metadata_path(logdir: str | os.PathLike[str]) -> str:
+    """The JSON file that says what the newest replay checkpoint holds."""
+    return os.path.join(os.fspath(logdir), "checkpoints", "replay.json")
+
+
+def has_learner_checkpoint(directory: str | os.PathLike[str]) -> bool:
+    """Whether `directory` holds a TF checkpoint (its CheckpointManager's state file)."""
+    return os.path.isfile(os.path.join(directory, "checkpoint"))
+
+
+def has_replay_checkpoint(directory: str | os.PathLike[str]) -> bool:
+    """Whether `directory` holds a complete Reverb checkpoint (one with a DONE file)."""
+    if not os.path.isdir(directory):
+        return False
+    return any(os.path.isfile(os.path.join(directory, entry, "DONE"))
+               for entry in os.listdir(directory))
+
+
+def check_resume(logdir: str | os.PathLike[str] | None, resume: bool) -> None:
+    """Raises ValueError when `logdir`'s checkpoints and `resume` disagree.
+
+    Without `resume` a logdir that holds checkpoints belongs to an earlier run, which a
+    new run would overwrite; with it, there must be a learner checkpoint to continue.
+    Changes nothing on disk.
+    """
+    if logdir is None:
+        if resume:
+            raise ValueError("resume=True needs the logdir of the run to resume.")
+        return
+    learner, replay = learner_directory(logdir), replay_directory(logdir)
+    if not resume and (has_learner_checkpoint(learner) or has_replay_checkpoint(replay)):
+        raise ValueError(
+            f"{os.path.join(os.fspath(logdir), 'checkpoints')} holds checkpoints of an earlier "
+            "run: pass resume=True (--resume) to continue that run, or choose another logdir. "
+            "Nothing was changed."
+        )
+    if resume and not has_learner_checkpoint(learner):
+        raise ValueError(
+            f"resume=True, but {learner} holds no learner checkpoint to resume from: is "
+            "this the logdir of the run? (A run checkpoints every checkpoint_every_s seconds "
+            "and at shutdown.) Start afresh without resume."
+        )
+
+
+def write_json_atomically(path: str | os.PathLike[str], data: Any) -> None:
+    """Writes `data` as JSON so that a reader (or a kill) sees the old or the new file."""
+    temporary = f"{os.fspath(path)}.tmp"
+    with open(temporary, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointInfo:
+    """What a learner checkpoint holds, read without restoring it."""
+
+    path: str
+    step: int | None  # the learner's "step" variable, if it has one
+    counts: dict[str, Any]
+
+
+def latest_checkpoint_info(directory: str | os.PathLike[str]) -> CheckpointInfo | None:
+    """The step and counts of the newest checkpoint in `directory`, or None."""
+    import tensorflow as tf
+
+    path = tf.train.latest_checkpoint(os.fspath(directory))
+    if path is None:
+        return None
+    reader = tf.train.load_checkpoint(path)
+    key = "{}/.ATTRIBUTES/VARIABLE_VALUE"
+    step = int(reader.get_tensor(key.format("step"))) if reader.has_tensor(
+        key.format("step")) else None
+    counts = json.loads(reader.get_tensor(key.format(_COUNTS)).decode())
+    return CheckpointInfo(path, step, counts)
+
+
+class Checkpointer:
+    """Saves a learner's trackable objects and a run's counts as one TF checkpoint.
+
+    `objects` are what `Learner.checkpoint_objects()` returns (variables, networks,
+    optimizers; their names are the checkpoint's keys). `counter` is the run's root
+    counter: `save` stores its counts, `restore_latest` puts them back, so a restored
+    run's env steps continue (and count toward its step budget). The newest `max_to_keep`
+    checkpoints are kept; a kill during `save` leaves the previous one the newest.
+
+    Call `save`, `maybe_save` and `restore_latest` from the thread that steps the
+    learner, between steps (see `run_learner`).
+    """
+
+    def __init__(
+        self,
+        objects: Mapping[str, Any],
+        directory: str | os.PathLike[str],
+        counter: Counter | None = None,
+        every_s: float | None = 600.0,
+        max_to_keep: int = 3,
+    ):
+        import tensorflow as tf
+
+        if _COUNTS in objects:
+            raise ValueError(f"{_COUNTS!r} names the run's counts in a checkpoint; "
+                             "give the learner's object another name.")
+        if every_s is not None and every_s <= 0:
+            raise ValueError(f"every_s must be > 0 (or None: save only when asked), "
+                             f"got {every_s}.")
+        if max_to_keep < 1:
+            raise ValueError(f"max_to_keep must be >= 1, got {max_to_keep}.")
+        self.directory = os.fspath(directory)
+        self.every_s = every_s
+        self._objects = dict(objects)
+        self._counter = counter
+        with tf.device("/cpu:0"):  # strings have no GPU kernels
+            self._counts = tf.Variable("{}", dtype=tf.string, trainable=False)
+        self._checkpoint = tf.train.Checkpoint(**self._objects, **{_COUNTS: self._counts})
+        self._manager = tf.train.CheckpointManager(self._checkpoint, self.directory,
+                                                   max_to_keep=max_to_keep)
+        self._last_save = time.monotonic()
+
+    @property
+    def latest(self) -> str | None:
+        """The path prefix of the newest checkpoint, or None."""
+        return self._manager.latest_checkpoint
+
+    @property
+    def step(self) -> int | None:
+        """The current value of the learner's "step" variable, if it has one."""
+        step = self._objects.get("step")
+        return None if step is None else int(step.numpy())
+
+    def save(self) -> str:
+        """Writes a checkpoint now; returns its path prefix."""
+        if self._counter is not None:
+            self._counts.assign(json.dumps(self._counter.get_counts()))
+        path = self._manager.save()
+        self._last_save = time.monotonic()
+        return path
+
+    def maybe_save(self) -> str | None:
+        """Saves when `every_s` seconds have passed since the last save (or restore)."""
+        if self.every_s is None or time.monotonic() - self._last_save < self.every_s:
+            return None
+        return self.save()
+
+    def restore_latest(self) -> bool:
+        """Restores the newest checkpoint, if there is one; returns whether there was.
+
+        Raises ValueError when the checkpoint does not fit the objects (another agent or
+        network shape), rather than training on a half-restored learner.
+        """
+        path = self._manager.latest_checkpoint
+        if path is None:
+            return False
+        try:
+            self._checkpoint.restore(path).assert_existing_objects_matched()
+        except (AssertionError, ValueError) as error:  # unmatched objects, other shapes
+            raise ValueError(f"The checkpoint {path} does not fit this learner "
+                             f"(another agent or network?): {error}") from error
+        if self._counter is not None:
+            self._counter.restore({"counts": json.loads(self._counts.numpy().decode())})
+        self._last_save = time.monotonic()
+        return True
+
+
+def run_learner(learner: Any, stop_event: threading.Event,
+                checkpointer: Checkpointer | None = None) -> None:
+    """Steps `learner` until `stop_event` is set, checkpointing between steps.
+
+    The one learner loop of every backend. `checkpointer.maybe_save` runs after each
+    step, and a last checkpoint is saved when the loop is stopped; not when a step
+    raised, because the learner's state may then be half-updated (the timer's last
+    checkpoint stands).
+    """
+    while not stop_event.is_set():
+        learner.step()
+        if checkpointer is not None:
+            checkpointer.maybe_save()
+    if checkpointer is not None:
+        checkpointer.save()
+
+
+class ReplayCheckpointer:
+    """Checkpoints a Reverb server every `every_s` seconds from a thread, and at `close`.
+
+    The server must have been built with `reverb.checkpointers.DefaultCheckpointer`;
+    `client.checkpoint()` writes where that points. After each checkpoint the table sizes
+    that `server_info` reports are written to `metadata_path` (exact when no writer
+    inserts meanwhile, e.g. at shutdown or once a table is full). A checkpoint that fails
+    on the timer is reported on stderr and tried again at the next tick; one that fails at
+    `close` raises.
+    """
+
+    def __init__(self, client: Any, metadata_path: str | os.PathLike[str], every_s: float):
+        if every_s <= 0:
+            raise ValueError(f"every_s must be > 0, got {every_s}.")
+        self._client = client
+        self._metadata_path = os.fspath(metadata_path)
+        self._every_s = every_s
+        self._lock = threading.Lock()  # the timer's checkpoint and close's never overlap
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="replay-checkpointer",
+                                        daemon=True)
+        self._thread.start()
+
+    def checkpoint(self) -> str:
+        """Checkpoints the server now; returns the checkpoint's directory."""
+        with self._lock:
+            path = self._client.checkpoint()
+            items = {name: int(info.current_size)
+                     for name, info in self._client.server_info().items()}
+            os.makedirs(os.path.dirname(self._metadata_path), exist_ok=True)
+            write_json_atomically(self._metadata_path, {"path": path, "items": items})
+        return path
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            try:
+                self.checkpoint()
+            except Exception as error:  # noqa: BLE001 - reported; the next tick retries
+                print(f"replay checkpoint failed: {error!r}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Stops the timer and checkpoints once more; call before the server stops."""
+        self._stop.set()
+        self._thread.join()
+        self.checkpoint()
+
+
+def replay_items(client: Any) -> int:
+    """Items in all of a Reverb server's tables."""
+    return sum(int(info.current_size) for info in client.server_info().values())
