@@ -6,7 +6,8 @@ seconds until the mean greedy return of 100 episodes first reaches 475, over sev
 The masked task zeroes CartPole's two velocity entries (`mask:1,3:gym:CartPole-v1`): a
 memoryless policy cannot tell which way the pole moves, so solving it needs the LSTM.
 Returns are those of the evaluation environments (greedy, kept out of replay); env steps
-count every environment, evaluation ones included. Prints a line per run and, last, one
+count the training environments' steps (the evaluation environments' are counted apart,
+as an evaluator's would be). Prints a line per run and, last, one
 JSON line: `value` is the median env steps to solve the masked task (an unsolved seed
 counts as never), `full_obs_solved` the seeds that solved the fully observed task. The
 issue's target (1M env steps) is the baseline (`baseline_kind: "target"`).
@@ -50,9 +51,11 @@ def main() -> None:
     parser.add_argument("--envs-per-runner", type=int, default=16)
     parser.add_argument("--tasks", default="masked,full",
                         help=f"comma-separated, from {sorted(TASKS)}")
+    parser.add_argument("--eval-envs", type=int, default=16,
+                        help="greedy evaluation environments (of runners x envs-per-runner)")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
-    config = parse_overrides(R2D2Config, args.overrides)
+    config = parse_overrides(R2D2Config, [f"num_eval_envs={args.eval_envs}", *args.overrides])
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
@@ -108,7 +111,8 @@ def main() -> None:
         "baseline_kind": "target",
         "ratio": round(value / args.steps, 3) if value is not None else None,
         "config": {"runners": args.runners, "envs_per_runner": args.envs_per_runner,
-                   "max_wall_s": args.max_wall_s, "overrides": args.overrides},
+                   "eval_envs": args.eval_envs, "max_wall_s": args.max_wall_s,
+                   "overrides": args.overrides},
     }))
 
 

@@ -3,7 +3,11 @@ running under every backend."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,6 +39,11 @@ from seed_agents.inference.server import InferenceConfig
 from seed_agents.replay import UnrollAdder
 from seed_agents.replay import unrolls as u
 from seed_agents.specs import make_environment_spec
+from seed_agents.utils.checkpointing import (
+    latest_checkpoint_info,
+    learner_directory,
+    replay_metadata_path,
+)
 
 SMALL = R2D2Config(burn_in=2, trace_length=4, sequence_period=3, n_step=3, batch_size=4,
                    replay_size=200, min_replay_size=8, samples_per_insert=4.0,
@@ -359,3 +368,26 @@ def test_r2d2_trains_as_local_processes(tmp_path):
     result = run_local_mp(_experiment(tmp_path, evaluate_every_s=1.0), stream=io.StringIO())
     assert "budget" in result.stop_reason and result.learner_steps > 0
     assert result.eval_mean_return is not None
+
+
+def test_r2d2_resumes_its_learner_target_network_and_replay(tmp_path):
+    first = _experiment(tmp_path, steps=2_000, checkpoint_every_s=1.0)
+    run_inprocess(first, stream=io.StringIO())
+    saved = latest_checkpoint_info(learner_directory(tmp_path))
+    replay = json.loads(Path(replay_metadata_path(tmp_path)).read_text())
+    reader = tf.train.load_checkpoint(saved.path)
+    names = reader.get_variable_to_shape_map()
+    assert any(n.startswith("target_network/") for n in names)
+    assert any(n.startswith("optimizer/") for n in names)
+    assert replay["items"]["unrolls"] > 0
+
+    budget = saved.counts["env_steps"] + 1_500
+    stream = io.StringIO()
+    resumed = run_inprocess(dataclasses.replace(first, max_env_steps=budget, resume=True),
+                            stream=stream)
+    line = re.search(r"learner step (\d+), env steps (\d+), replay items (\d+)",
+                     stream.getvalue())
+    assert line, stream.getvalue()[-2_000:]
+    assert int(line[1]) == saved.step and int(line[2]) == saved.counts["env_steps"]
+    assert int(line[3]) == replay["items"]["unrolls"]
+    assert resumed.env_steps >= budget and resumed.learner_steps > saved.step
