@@ -391,3 +391,14 @@ def test_r2d2_resumes_its_learner_target_network_and_replay(tmp_path):
     assert int(line[1]) == saved.step and int(line[2]) == saved.counts["env_steps"]
     assert int(line[3]) == replay["items"]["unrolls"]
     assert resumed.env_steps >= budget and resumed.learner_steps > saved.step
+
+
+def test_r2d2_trains_on_ray(tmp_path, monkeypatch):
+    # Ray workers inherit this environment (through the raylet): one TF thread per pool.
+    monkeypatch.setenv("SEED_AGENTS_TF_THREADS", "1")
+    from launch.ray_backend import run_ray
+
+    result = run_ray(_experiment(tmp_path, evaluate_every_s=1.0),
+                     node_ip_address="127.0.0.2", num_cpus=5)
+    assert "budget" in result.stop_reason and result.learner_steps > 0
+    assert result.eval_mean_return is not None
