@@ -47,6 +47,8 @@ import numpy as np
 from ale_py import roms
 from dm_env import specs
 
+from seed_agents.envs.options import parse_bool, parse_options
+
 SCREEN_SIZE = 84
 """Height and width of every preprocessed frame."""
 
@@ -164,25 +166,16 @@ class AtariConfig:
         _check_bool("full_action_set", self.full_action_set)
 
 
-def _parse_bool(value: str) -> bool:
-    lowered = value.lower()
-    if lowered in ("1", "true"):
-        return True
-    if lowered in ("0", "false"):
-        return False
-    raise ValueError(f"expected one of 0, 1, true, false, got {value!r}")
-
-
 # id key -> (AtariConfig field, parser of the value string)
 _OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "repeat": ("action_repeat", int),
-    "max_pool": ("max_pool", _parse_bool),
+    "max_pool": ("max_pool", parse_bool),
     "stack": ("frame_stack", int),
     "noops": ("noop_max", int),
     "sticky": ("repeat_action_probability", float),
-    "life_loss": ("terminal_on_life_loss", _parse_bool),
+    "life_loss": ("terminal_on_life_loss", parse_bool),
     "max_frames": ("max_episode_frames", int),
-    "full_actions": ("full_action_set", _parse_bool),
+    "full_actions": ("full_action_set", parse_bool),
 }
 _USAGE = (
     f"valid keys: {', '.join(_OPTIONS)} "
@@ -201,18 +194,7 @@ def parse_atari_id(rest: str) -> AtariConfig:
         raise ValueError(
             f"'atari:{rest}' must start with a game, e.g. 'atari:Pong' or 'atari:pong,stack=1'."
         )
-    kwargs: dict[str, Any] = {}
-    for part in filter(None, (p.strip() for p in options.split(","))):
-        key, sep, value = (s.strip() for s in part.partition("="))
-        if not sep or key not in _OPTIONS:
-            raise ValueError(f"Bad option {part!r} in 'atari:{rest}'; {_USAGE}.")
-        name, parse = _OPTIONS[key]
-        if name in kwargs:
-            raise ValueError(f"Option {key!r} given twice in 'atari:{rest}'.")
-        try:
-            kwargs[name] = parse(value)
-        except ValueError as e:
-            raise ValueError(f"Bad value in option {part!r} of 'atari:{rest}': {e}.") from None
+    kwargs = parse_options(options, _OPTIONS, f"atari:{rest}", _USAGE)
     try:
         return AtariConfig(game=game, **kwargs)
     except ValueError as e:

@@ -29,6 +29,7 @@ import gymnasium
 from seed_agents.envs.fake import FakeEnvironment, validate_fake_arguments
 from seed_agents.envs.gym_adapter import GymToDmEnv
 from seed_agents.envs.masked import MaskedObservation, parse_mask_id
+from seed_agents.envs.options import parse_bool, parse_options
 
 EnvironmentFactory = Callable[[int], dm_env.Environment]
 """Builds an environment from a seed; each actor calls it with its own seed."""
@@ -175,15 +176,6 @@ def _parse_shape(value: str) -> tuple[int, ...]:
     return tuple(int(d) for d in value.split("x"))
 
 
-def _parse_bool(value: str) -> bool:
-    lowered = value.lower()
-    if lowered in ("1", "true"):
-        return True
-    if lowered in ("0", "false"):
-        return False
-    raise ValueError("expected one of 0, 1, true, false")
-
-
 # id key -> (FakeEnvironment argument, parser of the value string)
 _FAKE_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "obs": ("observation_shape", _parse_shape),
@@ -191,7 +183,7 @@ _FAKE_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "actions": ("num_actions", int),
     "len": ("episode_length", int),
     "cost_us": ("step_cost_us", float),
-    "terminate": ("terminate", _parse_bool),
+    "terminate": ("terminate", parse_bool),
 }
 _FAKE_USAGE = (
     f"valid keys: {', '.join(_FAKE_OPTIONS)} "
@@ -200,22 +192,8 @@ _FAKE_USAGE = (
 
 
 def _parse_fake(options: str) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    # An empty item (as in a trailing comma) is tolerated; everything else must parse.
-    for part in filter(None, (p.strip() for p in options.split(","))):
-        key, sep, value = (s.strip() for s in part.partition("="))
-        if not sep or key not in _FAKE_OPTIONS:
-            raise ValueError(f"Bad option {part!r} in 'fake:{options}'; {_FAKE_USAGE}.")
-        name, parse = _FAKE_OPTIONS[key]
-        if name in kwargs:
-            raise ValueError(f"Option {key!r} given twice in 'fake:{options}'.")
-        try:
-            kwargs[name] = validate_fake_arguments(**{name: parse(value)})[name]
-        except ValueError as e:
-            raise ValueError(
-                f"Bad value in option {part!r} of 'fake:{options}': {e}; {_FAKE_USAGE}."
-            ) from None
-    return kwargs
+    return parse_options(options, _FAKE_OPTIONS, f"fake:{options}", _FAKE_USAGE,
+                         lambda name, value: validate_fake_arguments(**{name: value})[name])
 
 
 def _validate_fake(options: str) -> None:

@@ -9,6 +9,7 @@ import tensorflow as tf
 import tree
 from dm_env import specs
 
+from seed_agents.agents.policy_inputs import random_generator, step_signature
 from seed_agents.agents.r2d2.networks import RecurrentQNetwork
 from seed_agents.core import Policy
 from seed_agents.specs import EnvironmentSpec
@@ -64,21 +65,11 @@ class R2D2Policy(Policy):
                 np.full(num_evaluation_envs, eval_epsilon),
                 apex_epsilons(num_envs - num_evaluation_envs, epsilon_base, epsilon_alpha),
             ]).astype(np.float32)
-        self._rng = tf.random.Generator.from_seed(seed) if seed is not None else (
-            tf.random.Generator.from_non_deterministic_state()
-        )
+        self._rng = random_generator(seed)
         self._action_dtype = np.dtype(env_spec.actions.dtype)
         self.extras_spec = {"q_values": specs.Array((network.num_actions,), np.float32)}
         self.state_spec = network.state_spec
-        obs = env_spec.observations
-        signature = (
-            tf.TensorSpec((None, *obs.shape), tf.as_dtype(obs.dtype)),
-            tf.TensorSpec((None, *env_spec.actions.shape), tf.as_dtype(env_spec.actions.dtype)),
-            tree.map_structure(
-                lambda s: tf.TensorSpec((None, *s.shape), tf.as_dtype(s.dtype)), self.state_spec
-            ),
-            tf.TensorSpec((None,), tf.float32),
-        )
+        signature = step_signature(env_spec, self.state_spec, tf.TensorSpec((None,), tf.float32))
         self._step = tf.function(self._tf_step, input_signature=signature)
 
     @property

@@ -52,7 +52,8 @@ class R2D2Config:
       eval_epsilon: the evaluation environments' (and the evaluator's) epsilon.
 
     Network:
-      torso: "mlp" or "nature_cnn" (convolutions before the MLP layers, for pixels).
+      torso: a name in `seed_agents.agents.torsos.TORSOS`: "mlp", or "nature_cnn" or
+        "impala_resnet" (convolutions before the MLP layers, for 84x84 pixels).
       hidden_sizes: MLP torso layers.
       lstm_size: the LSTM core's units; its input also gets the previous action.
       head_hidden_size: hidden units of each dueling stream (value and advantage).
@@ -127,8 +128,10 @@ class R2D2Config:
         if any(h < 1 for h in sizes):
             raise ValueError(f"hidden_sizes must be positive, got {self.hidden_sizes}.")
         object.__setattr__(self, "hidden_sizes", sizes)
-        if self.torso not in ("mlp", "nature_cnn"):
-            raise ValueError(f"torso must be 'mlp' or 'nature_cnn', got {self.torso!r}.")
+        # Deferred: the torso table loads TensorFlow, which importing a config should not.
+        from seed_agents.agents.torsos import check_torso
+
+        check_torso(self.torso)
 
     @property
     def unroll_length(self) -> int:

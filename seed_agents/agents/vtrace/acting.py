@@ -9,6 +9,7 @@ import tensorflow as tf
 import tree
 from dm_env import specs
 
+from seed_agents.agents.policy_inputs import random_generator, step_signature
 from seed_agents.agents.vtrace.networks import PolicyValueNetwork
 from seed_agents.core import Policy
 from seed_agents.specs import EnvironmentSpec
@@ -32,20 +33,11 @@ class VTracePolicy(Policy):
     ):
         self._network = network
         self._greedy = greedy
-        self._rng = tf.random.Generator.from_seed(seed) if seed is not None else (
-            tf.random.Generator.from_non_deterministic_state()
-        )
+        self._rng = random_generator(seed)
         self._action_dtype = np.dtype(env_spec.actions.dtype)
         self.extras_spec = {"logits": specs.Array((network.num_actions,), np.float32)}
         self.state_spec = network.state_spec
-        obs = env_spec.observations
-        signature = (
-            tf.TensorSpec((None, *obs.shape), tf.as_dtype(obs.dtype)),
-            tf.TensorSpec((None, *env_spec.actions.shape), tf.as_dtype(env_spec.actions.dtype)),
-            tree.map_structure(
-                lambda s: tf.TensorSpec((None, *s.shape), tf.as_dtype(s.dtype)), self.state_spec
-            ),
-        )
+        signature = step_signature(env_spec, self.state_spec)
         self._step = tf.function(self._tf_step, input_signature=signature)
 
     def _tf_step(self, observation, prev_action, state):

@@ -31,8 +31,10 @@ class VTraceConfig:
         bounds the policy lag of the data; it must hold at least two batches so that one
         batch can fill while the learner trains on the other.
       hidden_sizes: MLP torso layers.
-      torso: "mlp", or "nature_cnn" (the Nature DQN convolutions before the MLP layers,
-        for 84x84 pixel observations; use e.g. hidden_sizes=(512,)).
+      torso: a name in `seed_agents.agents.torsos.TORSOS`: "mlp", "nature_cnn" (the Nature
+        DQN convolutions before the MLP layers, for 84x84 pixel observations; use e.g.
+        hidden_sizes=(512,)) or "impala_resnet" (IMPALA's deep residual torso, ~7x the
+        Nature CNN's compute per frame; the paper puts hidden_sizes=(256,) after it).
       lstm_size: adds an LSTM core of that size when set (recurrent agent).
       separate_value_torso: gives the value head an MLP torso of its own, so value errors,
         which scale with the returns, do not swamp the policy's features. Feed-forward
@@ -105,7 +107,9 @@ class VTraceConfig:
             raise ValueError(f"adam_beta2 must be in (0, 1), got {self.adam_beta2}.")
         if self.sgd_steps_per_batch < 1:
             raise ValueError(f"sgd_steps_per_batch must be >= 1, got {self.sgd_steps_per_batch}.")
-        if self.torso not in ("mlp", "nature_cnn"):
-            raise ValueError(f"torso must be 'mlp' or 'nature_cnn', got {self.torso!r}.")
+        # Deferred: the torso table loads TensorFlow, which importing a config should not.
+        from seed_agents.agents.torsos import check_torso
+
+        check_torso(self.torso)
         if self.lstm_size is not None and self.lstm_size < 1:
             raise ValueError(f"lstm_size must be >= 1, got {self.lstm_size}.")

@@ -1,0 +1,34 @@
+"""What every TensorFlow policy's batched step takes, and its random generator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+import tree
+
+from seed_agents.specs import EnvironmentSpec
+
+
+def step_signature(
+    env_spec: EnvironmentSpec, state_spec: Any, *extra: tf.TensorSpec
+) -> tuple[Any, ...]:
+    """The `tf.function` input signature of a policy step over a batch of any size:
+    (observation, prev_action, state, *extra). A fixed signature traces once, not once
+    per batch size the batcher happens to form."""
+    obs, actions = env_spec.observations, env_spec.actions
+    return (
+        tf.TensorSpec((None, *obs.shape), tf.as_dtype(obs.dtype)),
+        tf.TensorSpec((None, *actions.shape), tf.as_dtype(actions.dtype)),
+        tree.map_structure(
+            lambda s: tf.TensorSpec((None, *s.shape), tf.as_dtype(s.dtype)), state_spec
+        ),
+        *extra,
+    )
+
+
+def random_generator(seed: int | None) -> tf.random.Generator:
+    """A generator of the policy's own: seeded runs repeat, and no op-level seed state."""
+    if seed is None:
+        return tf.random.Generator.from_non_deterministic_state()
+    return tf.random.Generator.from_seed(seed)
