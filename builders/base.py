@@ -39,6 +39,10 @@ class AgentBuilder(abc.ABC):
     #: items are stale for the restored policy anyway.
     checkpoint_replay: bool = True
 
+    def check_num_envs(self, num_envs: int) -> None:
+        """Raises ValueError when the agent cannot run `num_envs` environments; an
+        `Experiment` calls it when made, so bad settings fail before anything starts."""
+
     @property
     @abc.abstractmethod
     def unroll_length(self) -> int:

@@ -35,6 +35,14 @@ class R2D2Builder(AgentBuilder):
     #: Replay is the agent's memory of many hours of acting: worth a checkpoint.
     checkpoint_replay = True
 
+    def check_num_envs(self, num_envs: int) -> None:
+        if self.config.num_eval_envs >= num_envs:
+            raise ValueError(
+                f"R2D2 keeps num_eval_envs={self.config.num_eval_envs} of the {num_envs} "
+                "environments for greedy evaluation, leaving none to learn from: run more "
+                "environments or set num_eval_envs lower (--set num_eval_envs=0)."
+            )
+
     @property
     def unroll_length(self) -> int:
         return self.config.unroll_length

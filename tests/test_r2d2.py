@@ -402,3 +402,9 @@ def test_r2d2_trains_on_ray(tmp_path, monkeypatch):
                      node_ip_address="127.0.0.2", num_cpus=5)
     assert "budget" in result.stop_reason and result.learner_steps > 0
     assert result.eval_mean_return is not None
+
+
+def test_too_few_environments_for_the_evaluation_ones_fail_before_anything_starts():
+    with pytest.raises(ValueError, match="num_eval_envs=8 of the 8 environments"):
+        Experiment(R2D2Builder(R2D2Config(num_eval_envs=8)), "gym:CartPole-v1",
+                   num_runners=2, envs_per_runner=4)
