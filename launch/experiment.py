@@ -94,6 +94,7 @@ class Experiment:
             raise ValueError("transport='grpc' serves central inference; use inference='central'.")
         if self.max_wall_s is not None and self.max_wall_s <= 0:
             raise ValueError(f"max_wall_s must be > 0, got {self.max_wall_s}.")
+        self.builder.check_num_envs(self.num_envs)
         if self.checkpoint_every_s is not None and self.checkpoint_every_s < 0:
             raise ValueError("checkpoint_every_s must be > 0 (or None or 0: no checkpoints), "
                              f"got {self.checkpoint_every_s}.")
