@@ -256,38 +256,22 @@ def test_csv_logger_appends_under_the_old_header_and_cuts_a_torn_row(tmp_path):
 
 # --- A run killed and resumed ------------------------------------------------------------
 
-_AGENT = '''
-"""A V-trace agent whose replay is a prioritized table, so that it is checkpointed."""
-
-from builders.vtrace import VTraceBuilder
-from seed_agents.replay import prioritized_table, unroll_signature
-
-TABLE_SIZE = 32
-
-
-class DurableBuilder(VTraceBuilder):
-    checkpoint_replay = True
-
-    def make_replay_tables(self, env_spec, policy):
-        signature = unroll_signature(env_spec, self.unroll_length, policy.extras_spec,
-                                     policy.state_spec)
-        return [prioritized_table(self.table, TABLE_SIZE, signature=signature)]
-'''
-
 _SCRIPT = '''
 import sys
 
-from durable_agent import DurableBuilder
+from builders.r2d2 import R2D2Builder
 from launch.experiment import Experiment
 from launch.local_mp import run_local_mp
-from seed_agents.agents.vtrace.config import VTraceConfig
+from seed_agents.agents.r2d2.config import R2D2Config
 
 if __name__ == "__main__":
     logdir, steps, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    config = VTraceConfig(unroll_length=5, batch_size=4, queue_size=16, hidden_sizes=(16,),
-                          sgd_steps_per_batch=1)
+    # R2D2: its prioritized replay is checkpointed beside the learner (target network too).
+    config = R2D2Config(burn_in=2, trace_length=4, sequence_period=3, batch_size=4,
+                        replay_size=32, min_replay_size=8, samples_per_insert=4.0,
+                        num_eval_envs=1, hidden_sizes=(16,), lstm_size=8, head_hidden_size=8)
     experiment = Experiment(
-        builder=DurableBuilder(config), environment="fake:obs=4,actions=2,len=50",
+        builder=R2D2Builder(config), environment="fake:obs=4,actions=2,len=50",
         num_runners=1, envs_per_runner=4, max_env_steps=steps, logdir=logdir,
         log_every_s=0.5, evaluate_every_s=None, checkpoint_every_s=1.0,
         resume=mode == "resume")
@@ -341,7 +325,6 @@ def _wait(condition, timeout_s: float, what: str):
 
 
 def test_a_killed_run_resumes_its_learner_counts_and_replay(tmp_path):
-    (tmp_path / "durable_agent.py").write_text(textwrap.dedent(_AGENT))
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent(_SCRIPT))
     logdir = tmp_path / "run"
