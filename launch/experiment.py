@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -123,7 +124,12 @@ class Experiment:
 
 @dataclasses.dataclass(frozen=True)
 class RunResult:
-    """What a finished run reports."""
+    """What a finished run reports.
+
+    `rates` are the program's rates since it started (`launch.limiter.program_rates`
+    keys, those in `SUMMARY_RATES`), as of the last status the limiter read; empty when
+    the backend measured none.
+    """
 
     env_steps: int
     episodes: int
@@ -137,6 +143,7 @@ class RunResult:
     stop_reason: str = ""
     restarts: int = 0
     eval_mean_return: float | None = None
+    rates: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def summary(self) -> str:
         lines = [
@@ -156,5 +163,37 @@ class RunResult:
             )
         if self.restarts:
             lines.append(f"runner restarts: {self.restarts}")
+        lines.extend(_rates_lines(self.rates))
         lines.append(f"logs: {self.logdir or '(terminal only)'}")
         return "\n".join(lines)
+
+
+def _rates_lines(rates: dict[str, float]) -> list[str]:
+    """The summary's lines about where the time went, averaged over the run; a part
+    that was not measured is left out."""
+
+    def have(*keys: str) -> bool:
+        return all(k in rates and math.isfinite(rates[k]) for k in keys)
+
+    lines = []
+    if have("inference_batches_per_s", "mean_batch_size"):
+        line = (f"inference: {rates['inference_batches_per_s']:,.1f} batches/s, "
+                f"mean batch {rates['mean_batch_size']:,.1f} envs")
+        if have("round_trip_p50_ms", "round_trip_p99_ms"):
+            line += (f", round trip p50 {rates['round_trip_p50_ms']:.2f} ms, "
+                     f"p99 {rates['round_trip_p99_ms']:.2f} ms (server side)")
+        if have("inference_queue_wait_ms"):
+            line += f", queue wait {rates['inference_queue_wait_ms']:.2f} ms"
+        lines.append(line)
+    if have("learner_steps_per_s", "learner_samples_per_s"):
+        lines.append(f"learner: {rates['learner_steps_per_s']:,.1f} steps/s, "
+                     f"{rates['learner_samples_per_s']:,.0f} samples/s")
+    if have("replay_size", "replay_inserts_per_s", "replay_samples_per_s"):
+        line = (f"replay: {rates['replay_size']:,.0f} items, "
+                f"{rates['replay_inserts_per_s']:,.1f} inserts/s, "
+                f"{rates['replay_samples_per_s']:,.1f} samples/s")
+        if have("replay_sample_wait_frac", "replay_insert_wait_frac"):
+            line += (f"; the learner waited for data {rates['replay_sample_wait_frac']:.0%} "
+                     f"of the time, inserts for room {rates['replay_insert_wait_frac']:.0%}")
+        lines.append(line)
+    return lines

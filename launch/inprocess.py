@@ -31,19 +31,25 @@ from typing import TextIO
 import numpy as np
 
 from launch.experiment import Experiment, RunResult
-from launch.limiter import StepLimiter, program_status
-from launch.nodes import learner_checkpointer, start_replay
+from launch.limiter import (
+    StepLimiter,
+    program_figures,
+    program_status,
+    rates_every_s,
+    start_program_rates,
+)
+from launch.nodes import learner_checkpointer, make_learner_logger, start_replay
 from seed_agents.environment_loop import EnvironmentLoop
 from seed_agents.envs.registry import environment_factory
 from seed_agents.inference.batcher import BatcherClosedError
 from seed_agents.inference.grpc_service import InferenceService
-from seed_agents.inference.runner import EnvRunner
+from seed_agents.inference.runner import EnvRunner, runner_reporter
 from seed_agents.inference.runner_process import run_runner_until_signalled
 from seed_agents.inference.server import EpisodeStats, InferenceConfig
 from seed_agents.specs import make_environment_spec
 from seed_agents.utils.checkpointing import replay_items, run_learner
 from seed_agents.utils.counting import Counter
-from seed_agents.utils.loggers import CSVLogger, Logger, NoOpLogger, make_default_logger
+from seed_agents.utils.loggers import Logger, make_default_logger
 from seed_agents.utils.tf_threads import configure_tf_threads
 
 _JOIN_TIMEOUT_S = 30.0
@@ -114,10 +120,7 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
         client = replay.localhost_client()
         # Counted before the learner's dataset samples: what the replay restored.
         items = replay_items(client) if experiment.resume else 0
-        learner_logger: Logger = (
-            CSVLogger(experiment.logdir, "learner", append=experiment.resume)
-            if experiment.logdir else NoOpLogger()
-        )
+        learner_logger: Logger = make_learner_logger(experiment.logdir, experiment.resume)
         cleanup.callback(learner_logger.close)
         learner = builder.make_learner(networks, f"localhost:{replay.port}", counter,
                                        learner_logger)
@@ -148,6 +151,12 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
             for i in range(experiment.num_runners):
                 runner = EnvRunner(make_env, experiment.envs_per_runner,
                                    experiment.runner_seed(i))
+                if experiment.logdir:
+                    # Closed once `stop` is set (callbacks run in reverse), its last row
+                    # covering the runner's last seconds.
+                    reporter = runner_reporter(runner.figures, experiment.logdir,
+                                               f"runner-{i}", rates_every_s(experiment))
+                    cleanup.callback(reporter.close)
                 threads.start(f"runner-{i}", functools.partial(
                     _serve_runner, runner, inference, f"runner-{i}", stop))
         else:
@@ -162,11 +171,22 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
         logger = make_default_logger(
             "train", experiment.logdir, total=experiment.max_env_steps,
             print_every_s=experiment.log_every_s, stream=stream, append=experiment.resume,
+            tensorboard=True,
         )
         cleanup.callback(logger.close)
+
+        # Closed first on the way out (before `stop` is set), so its last row reads
+        # the program while it still runs. A replay client of its own, as in the learner
+        # node: reading figures never queues behind the adders' writes.
+        rates = start_program_rates(
+            experiment, functools.partial(program_figures, counter, inference,
+                                          replay.localhost_client()),
+            experiment.logdir, stream)
+        cleanup.callback(rates.close)
+
         def status() -> dict:
             episodes = inference.status() if inference is not None else stats.summary()
-            return program_status(counter, episodes)
+            return program_status(counter, episodes, rates.overall)
 
         def failure() -> str | None:
             dead = [p.name for p in processes if p.exitcode not in (None, 0)]
@@ -199,7 +219,8 @@ def _start_runner_processes(
             target=run_runner_until_signalled,
             kwargs=dict(address=address, environment=experiment.environment,
                         num_envs=experiment.envs_per_runner, seed=experiment.runner_seed(i),
-                        runner_id=f"runner-{i}"),
+                        runner_id=f"runner-{i}", logdir=experiment.logdir,
+                        log_every_s=rates_every_s(experiment)),
             name=f"runner-{i}",
             daemon=True,
         )

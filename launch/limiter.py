@@ -4,26 +4,152 @@ Every backend runs one in its driver. It reads a status dict (env steps, episode
 return over the last 100 episodes, learner steps) from wherever the backend keeps it (a
 counter in process, the learner's control service elsewhere), and stops at the step
 budget, the target return, the wall-time limit, or a failure the backend reports.
+
+Next to it, where the program's components live (the in-process driver, the learner
+node), the program's rates are measured: `program_rates` turns readings of their
+cumulative counts into the "rates" row (console, `<logdir>/rates.csv`, TensorBoard), and
+the status carries the rates since the start, for the run's summary.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
 
 from launch.experiment import Experiment, RunResult
-from seed_agents.utils.counting import RateTracker
+from seed_agents.utils.counting import (
+    Figures,
+    RateReporter,
+    RateTracker,
+    delta,
+    percentile_ms,
+    ratio,
+    share,
+)
 from seed_agents.utils.loggers import Logger
 
 Status = Callable[[], dict[str, Any]]
 
+# What the console's rates line shows; rates.csv and TensorBoard get every key.
+_CONSOLE_RATES = (
+    "env_steps_per_s", "inference_batches_per_s", "mean_batch_size", "round_trip_p50_ms",
+    "round_trip_p99_ms", "inference_queue_wait_ms", "learner_steps_per_s", "replay_size",
+    "replay_sample_wait_frac", "replay_insert_wait_frac",
+)
+# What a run's summary shows (see `RunResult.summary`), from the rates since the start.
+SUMMARY_RATES = (
+    "inference_batches_per_s", "mean_batch_size", "round_trip_p50_ms", "round_trip_p99_ms",
+    "inference_queue_wait_ms", "learner_steps_per_s", "learner_samples_per_s",
+    "replay_size", "replay_inserts_per_s", "replay_samples_per_s",
+    "replay_sample_wait_frac", "replay_insert_wait_frac",
+)
 
-def program_status(counter: Any, episodes: dict[str, Any]) -> dict[str, Any]:
-    """What every backend's status reports: episode statistics and the run's counts
+
+def program_status(counter: Any, episodes: dict[str, Any],
+                   rates: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What every backend's status reports: episode statistics, the run's counts
     (env_steps and learner_steps always; eval_env_steps, learner_samples and the like when
-    counted)."""
-    return {**episodes, "env_steps": 0, "learner_steps": 0, **counter.get_counts()}
+    counted) and, when given, the program's rates since the start (`program_rates` keys;
+    the counts win over the rates' own, which are up to a reading old)."""
+    return {**(rates or {}), **episodes, "env_steps": 0, "learner_steps": 0,
+            **counter.get_counts()}
+
+
+def program_figures(counter: Any, inference: Any = None, replay_client: Any = None) -> dict:
+    """One reading for `program_rates`: the counter's counts (the run's own counts start
+    at 0, so a learner that has not stepped yet reads 0 steps/s, not NaN), the inference
+    server's `inference_stats()` and the replay's `replay_figures()` when there are
+    those."""
+    from seed_agents.replay.stats import replay_figures
+
+    figures = {"env_steps": 0, "learner_steps": 0, "learner_samples": 0,
+               **counter.get_counts()}
+    if inference is not None:
+        figures.update(inference.inference_stats())
+    if replay_client is not None:
+        figures.update(replay_figures(replay_client))
+    return figures
+
+
+def program_rates(before: Figures, after: Figures) -> dict[str, float]:
+    """The program's rates between two readings: where its time goes.
+
+    A reading (`program_figures`) is the run's counter (env_steps, learner_steps,
+    learner_samples), the inference server's `inference_stats()` and the replay's
+    `replay_figures()`, each cumulative; a part the program lacks (no central inference
+    in local mode) reads NaN.
+
+    - env_steps_per_s, learner_steps_per_s, learner_samples_per_s: from the counter.
+    - inference_batches_per_s, mean_batch_size (environments per policy call).
+    - round_trip_p50_ms / _p99_ms: the server-side round trip of a request (a runner's
+      batch of K environments), from entering the batcher's queue to its actions being
+      ready; a runner's own view, transport included, is in its runner-<i>.csv.
+    - inference_queue_wait_ms: mean time a request waited in the queue for its batch to
+      close; inference_busy_frac: the share of wall time the batcher's thread ran the
+      policy and the unroll writes: near 1, inference is the bottleneck, or the writes
+      block on a full replay (then replay_insert_wait_frac says so too).
+    - replay_size (items now), replay_inserts_per_s, replay_samples_per_s.
+    - replay_sample_wait_frac: the share of wall time a sample request waited for data
+      (the learner starved); replay_insert_wait_frac: the share an insert waited for
+      room (acting throttled by the learner). Summed over tables (the built-in agents
+      have one).
+
+    A duration counts when it ends, so the shares (`share`) are capped at 1: a batch
+    blocked behind a full replay for longer than a row's interval lands in one row.
+    """
+    seconds = after["time"] - before["time"]
+
+    def per_s(key: str) -> float:
+        return ratio(delta(before, after, key), seconds)
+
+    return {
+        "env_steps": after.get("env_steps", 0),
+        "learner_steps": after.get("learner_steps", 0),
+        "interval_s": seconds,
+        "env_steps_per_s": per_s("env_steps"),
+        "inference_batches_per_s": per_s("inference_batches"),
+        "mean_batch_size": ratio(delta(before, after, "inference_items"),
+                                 delta(before, after, "inference_batches")),
+        "round_trip_p50_ms": percentile_ms(before, after, "inference_round_trip", 50),
+        "round_trip_p99_ms": percentile_ms(before, after, "inference_round_trip", 99),
+        "inference_queue_wait_ms": 1000 * ratio(delta(before, after, "inference_queue_wait_s"),
+                                                delta(before, after, "inference_requests")),
+        "inference_busy_frac": share(delta(before, after, "inference_process_s"), seconds),
+        "learner_steps_per_s": per_s("learner_steps"),
+        "learner_samples_per_s": per_s("learner_samples"),
+        "replay_size": after.get("replay_size", math.nan),
+        "replay_inserts_per_s": per_s("replay_inserts"),
+        "replay_samples_per_s": per_s("replay_samples"),
+        "replay_sample_wait_frac": share(1e-3 * delta(before, after, "replay_sample_wait_ms"),
+                                         seconds),
+        "replay_insert_wait_frac": share(1e-3 * delta(before, after, "replay_insert_wait_ms"),
+                                         seconds),
+    }
+
+
+def rates_every_s(experiment: Experiment) -> float:
+    """Seconds between rates rows: `log_every_s`, but at least 5 (shorter windows make
+    noisy rates)."""
+    return max(experiment.log_every_s, 5.0)
+
+
+def start_program_rates(experiment: Experiment, read: Callable[[], Figures],
+                        logdir: str | None, stream: TextIO | None = None) -> RateReporter:
+    """A started `RateReporter` of `program_rates` over `read()`.
+
+    Its row goes to the console (a line of the main keys on `stream`), and with a
+    logdir to `<logdir>/rates.csv` and TensorBoard (`<logdir>/tb/rates`, step: env
+    steps), every `rates_every_s(experiment)` seconds.
+    """
+    from seed_agents.utils.loggers import make_default_logger
+
+    logger = make_default_logger("rates", logdir, print_every_s=0.0, stream=stream,
+                                 append=experiment.resume, tensorboard=True,
+                                 keys=_CONSOLE_RATES, redraw=False)
+    return RateReporter(read, program_rates, logger,
+                        log_every_s=rates_every_s(experiment)).start()
 
 
 class StepLimiter:
@@ -88,6 +214,7 @@ class StepLimiter:
             solved_wall_s=solved_wall,
             stop_reason=reason,
             restarts=int(status.get("restarts", 0)),
+            rates={k: float(status[k]) for k in SUMMARY_RATES if k in status},
         )
 
     def _done(self, env_steps: int, solved_steps: int | None, elapsed: float) -> str:
@@ -122,7 +249,8 @@ def limit_remote_program(
 
     control = ControlClient(control_address)
     logger = make_default_logger("train", logdir, total=experiment.max_env_steps,
-                                 print_every_s=experiment.log_every_s, stream=stream)
+                                 print_every_s=experiment.log_every_s, stream=stream,
+                                 tensorboard=True)
 
     def status() -> dict[str, Any]:
         try:

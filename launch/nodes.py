@@ -108,6 +108,20 @@ def learner_checkpointer(experiment: Experiment, learner: Any, counter: Any,
     return checkpointer if experiment.checkpointing else None
 
 
+def make_learner_logger(logdir: str | None, append: bool) -> Any:
+    """The learner's logger: `<logdir>/learner.csv` (every step) and TensorBoard events
+    in `<logdir>/tb/learner` (at most one row a second: a scalar costs TensorFlow about
+    0.1 ms, too much on every step); nothing without a logdir. Shared by the in-process
+    backend and `learner_node`."""
+    from seed_agents.utils.loggers import CSVLogger, Dispatcher, NoOpLogger, TensorBoardLogger
+
+    if not logdir:
+        return NoOpLogger()
+    return Dispatcher([CSVLogger(logdir, "learner", append=append),
+                       TensorBoardLogger(logdir, "learner", step_key="learner_steps",
+                                         every_s=1.0)])
+
+
 def replay_node(context: NodeContext, experiment: Experiment) -> None:
     """A Reverb server with the agent's tables (it listens on every interface)."""
     from seed_agents.utils.tf_threads import configure_tf_threads
@@ -133,12 +147,11 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
 
     configure_tf_threads()
     from launch.control import ControlService
-    from launch.limiter import program_status
+    from launch.limiter import program_figures, program_status, start_program_rates
     from seed_agents.inference.grpc_service import InferenceService
     from seed_agents.inference.server import EpisodeStats, InferenceConfig
     from seed_agents.utils.checkpointing import replay_items, run_learner
     from seed_agents.utils.counting import Counter
-    from seed_agents.utils.loggers import CSVLogger, NoOpLogger
 
     builder = experiment.builder
     spec, networks, policy = _agent(experiment)
@@ -148,8 +161,7 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
     # Read before the learner's dataset samples and before runners (who need the
     # inference service published below) insert: the count is what the replay restored.
     items = replay_items(client) if experiment.resume else 0
-    learner_logger = (CSVLogger(context.logdir, "learner", append=experiment.resume)
-                      if context.logdir else NoOpLogger())
+    learner_logger = make_learner_logger(context.logdir, experiment.resume)
     learner = builder.make_learner(networks, replay.address, counter, learner_logger)
     checkpointer = learner_checkpointer(experiment, learner, counter, items)
     adder = builder.make_adder(client, experiment.num_envs, spec, policy, context.stop_event)
@@ -163,20 +175,35 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
     service = InferenceService(inference, spec, address=f"{context.bind_host}:0",
                                max_runners=2 * experiment.num_runners)
 
+    # The rates row of the whole program is measured here, where its parts live (the
+    # counter, the inference server and a client of the replay); a client of its own,
+    # so that reading the replay's figures never queues behind the adder's writes.
+    stats_client = replay.dereference()
+    rates = None
+
+    def read_figures() -> dict[str, Any]:
+        return program_figures(counter, inference, stats_client)
+
     def status() -> dict[str, Any]:
-        return program_status(counter, inference.status())
+        return program_status(counter, inference.status(),
+                              rates.overall if rates is not None else None)
 
     control = ControlService(status, lambda: learner.get_variables(["policy"])[0],
                              address=f"{context.bind_host}:0")
     try:
+        rates = start_program_rates(experiment, read_figures, context.logdir)
         context.publish("inference", service.start())
         context.publish("control", control.start())
         run_learner(learner, context.stop_event, checkpointer)
     finally:
-        service.stop()
-        inference.close()
-        control.stop()
-        learner_logger.close()
+        try:
+            if rates is not None:
+                rates.close()  # first: its last row reads the parts while they are up
+        finally:
+            service.stop()
+            inference.close()
+            control.stop()
+            learner_logger.close()
 
 
 def runner_node(context: NodeContext, environment: Any, num_envs: int, seed: int) -> None:
@@ -184,7 +211,7 @@ def runner_node(context: NodeContext, environment: Any, num_envs: int, seed: int
     from seed_agents.inference.runner_process import run_runner
 
     run_runner(context.handles["inference"].dereference(), environment, num_envs, seed=seed,
-               runner_id=context.name, stop_event=context.stop_event)
+               runner_id=context.name, stop_event=context.stop_event, logdir=context.logdir)
 
 
 def evaluator_node(context: NodeContext, experiment: Experiment) -> None:

@@ -16,17 +16,20 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from seed_agents.utils.counting import LatencyHistogram
+
 
 class BatcherClosedError(RuntimeError):
     """The batcher was closed while a request was waiting."""
 
 
 class _Request:
-    __slots__ = ("payload", "size", "result", "error", "done")
+    __slots__ = ("payload", "size", "result", "error", "done", "submitted")
 
     def __init__(self, payload: Any, size: int):
         self.payload = payload
         self.size = size
+        self.submitted = time.monotonic()
         self.result: Any = None
         self.error: BaseException | None = None
         self.done = threading.Event()
@@ -39,6 +42,11 @@ class DynamicBatcher:
     (e.g. the number of connected runners, each with one synchronous request); when that
     many are waiting, the batch closes at once. An exception from `process` is raised in
     every caller of that batch; the batcher keeps serving later requests.
+
+    It counts what it does, for `stats()`: batches, items, requests, the seconds requests
+    waited in the queue before their batch closed, the seconds `process` ran, and each
+    request's round trip (submitted to answered) in a `LatencyHistogram`. Only the worker
+    thread writes them, so they need no lock: a few additions per batch.
     """
 
     def __init__(
@@ -62,6 +70,10 @@ class DynamicBatcher:
         self._closed = False
         self.batches = 0
         self.items = 0
+        self.requests = 0
+        self.queue_wait_s = 0.0
+        self.process_s = 0.0
+        self.round_trip = LatencyHistogram()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -77,6 +89,18 @@ class DynamicBatcher:
         if request.error is not None:
             raise request.error
         return request.result
+
+    def stats(self) -> dict[str, Any]:
+        """Cumulative counts since start: batches, items, requests, queue_wait_s,
+        process_s, and round_trip (a `LatencyHistogram` snapshot, in seconds)."""
+        return {
+            "batches": self.batches,
+            "items": self.items,
+            "requests": self.requests,
+            "queue_wait_s": self.queue_wait_s,
+            "process_s": self.process_s,
+            "round_trip": self.round_trip.snapshot(),
+        }
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stops the worker; requests still waiting fail with `BatcherClosedError`."""
@@ -117,6 +141,7 @@ class DynamicBatcher:
             batch = self._next_batch()
             if batch is None:
                 break
+            start = time.monotonic()
             try:
                 results = self._process([r.payload for r in batch])
                 for request, result in zip(batch, results, strict=True):
@@ -124,8 +149,18 @@ class DynamicBatcher:
             except BaseException as error:  # noqa: BLE001 - handed to every caller
                 for request in batch:
                     request.error = error
+            end = time.monotonic()
             self.batches += 1
-            self.items += sum(r.size for r in batch)
+            self.requests += len(batch)
+            self.process_s += end - start
+            items, waited, record = 0, 0.0, self.round_trip.record
+            for request in batch:
+                items += request.size
+                waited += start - request.submitted
+                record(end - request.submitted)
+            self.items += items
+            self.queue_wait_s += waited
+            # Counted before anyone is released: a caller that returns sees its batch.
             for request in batch:
                 request.done.set()
         with self._cond:

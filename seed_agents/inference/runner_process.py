@@ -28,7 +28,7 @@ from dm_env import specs
 from seed_agents.envs.registry import EnvironmentFactory, environment_factory
 from seed_agents.inference import wire
 from seed_agents.inference.grpc_client import RemoteInference
-from seed_agents.inference.runner import EnvRunner
+from seed_agents.inference.runner import EnvRunner, runner_reporter
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +151,10 @@ class RemoteRunner:
     def _done(self, max_steps: int | None) -> bool:
         return max_steps is not None and self.runner.rounds >= max_steps
 
+    def figures(self) -> dict[str, Any]:
+        """The runner's cumulative figures (`EnvRunner.figures`) plus its reconnects."""
+        return {**self.runner.figures(), "reconnects": self._reconnects}
+
     @property
     def stats(self) -> RunnerStats:
         """A snapshot of progress, derived from the runner (safe to read from any thread)."""
@@ -172,19 +176,29 @@ def run_runner(
     num_envs: int,
     stop_event: threading.Event | None = None,
     max_steps: int | None = None,
+    logdir: str | None = None,
+    log_every_s: float = 5.0,
     **options: Any,
 ) -> RunnerStats:
     """Runs `num_envs` environments against the server at `address`; returns the stats.
 
     `options` are `RemoteRunner`'s (seed, runner_id, run_id, auth_token, max_backoff_s,
     timeout_s); `run_id` defaults to a fresh uuid per call (one process start). See
-    `RemoteRunner.run` for when it blocks, retries and raises.
+    `RemoteRunner.run` for when it blocks, retries and raises. With `logdir`, the
+    runner's rates (`runner_rates`: env steps/s, its round trip p50/p99, env and
+    inference time shares) go to `<logdir>/<runner_id>.csv` every `log_every_s`.
     """
     runner = RemoteRunner(address, environment, num_envs, **options)
+    reporter = (runner_reporter(runner.figures, logdir, runner.hello.runner_id, log_every_s)
+                if logdir else None)
     try:
         runner.run(stop_event, max_steps)
     finally:
-        runner.close()
+        try:
+            if reporter is not None:
+                reporter.close()
+        finally:
+            runner.close()
     return runner.stats
 
 
@@ -200,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=None, help="round trips in total")
     parser.add_argument("--max-backoff-s", type=float, default=5.0)
     parser.add_argument("--timeout-s", type=float, default=60.0)
+    parser.add_argument("--logdir", default=None,
+                        help="write this runner's rates to <logdir>/<runner id>.csv")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
@@ -212,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             run_id=args.run_id, stop_event=stop_event, max_steps=args.max_steps,
             # From the environment, not argv: a command line is visible to every user.
             auth_token=os.environ.get(AUTH_TOKEN_ENV) or None,
-            max_backoff_s=args.max_backoff_s, timeout_s=args.timeout_s,
+            max_backoff_s=args.max_backoff_s, timeout_s=args.timeout_s, logdir=args.logdir,
         )
     except InferenceRejectedError as error:
         print(f"error: {error}", file=sys.stderr)

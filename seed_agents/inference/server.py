@@ -15,6 +15,7 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tree
@@ -323,6 +324,11 @@ class InferenceServer:
         if self._num_eval:
             status.update(self.eval_stats.summary("eval_"))
         return status
+
+    def inference_stats(self) -> dict[str, Any]:
+        """The batcher's cumulative counts (see `DynamicBatcher.stats`), keys prefixed
+        "inference_": what `launch.limiter.program_rates` turns into rates."""
+        return {f"inference_{k}": v for k, v in self._batcher.stats().items()}
 
     def close(self) -> None:
         """Stops batching; callers still waiting get `BatcherClosedError`."""

@@ -1,4 +1,4 @@
-"""Loggers: where counters and metrics go.
+"""Loggers: where counters and metrics go (terminal, CSV files, TensorBoard).
 
 A logger takes flat `{name: value}` rows. Components log every step or so and leave
 throttling to the logger, so the hot loop never has to decide whether a line is worth
@@ -90,6 +90,9 @@ class TerminalLogger(Logger):
 
     On a TTY the line is redrawn in place with a carriage return (and a newline on
     close); on anything else (files, pipes, CI logs) every printed row is its own line.
+    With `redraw=False` every row is its own line on a TTY too, printed over whatever
+    line another logger left open there (so a periodic report and a redrawn progress
+    bar can share one terminal).
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class TerminalLogger(Logger):
         print_every_s: float = 1.0,
         stream: TextIO | None = None,
         keys: Sequence[str] | None = None,
+        redraw: bool = True,
     ) -> None:
         self._label = label
         self._total = total
@@ -109,6 +113,7 @@ class TerminalLogger(Logger):
         self._stream = sys.stdout if stream is None else stream
         self._keys = list(keys) if keys is not None else None
         self._tty = _is_tty(self._stream)
+        self._redraw = redraw
         self._lock = threading.Lock()
         self._last_print: float | None = None
         self._pending: dict[str, Any] | None = None
@@ -154,10 +159,12 @@ class TerminalLogger(Logger):
     def _print(self, data: Mapping[str, Any], now: float) -> None:
         # Caller holds the lock.
         line = self.format_line(data)
-        if self._tty:
+        if self._tty and self._redraw:
             # "\x1b[K" clears what is left of a longer previous line.
             self._stream.write(f"\r{line}\x1b[K")
             self._line_open = True
+        elif self._tty:
+            self._stream.write(f"\r\x1b[K{line}\n")
         else:
             self._stream.write(line + "\n")
         self._stream.flush()
@@ -248,6 +255,63 @@ def _header_to_append_to(path: str) -> list[str] | None:
     return next(csv.reader([first]))
 
 
+class TensorBoardLogger(Logger):
+    """Writes rows as TensorBoard scalars under `<directory>/tb/<label>`.
+
+    Each numeric, finite value becomes a scalar named by its key; the step is the row's
+    `step_key` value (e.g. env_steps or learner_steps), so curves of different runs line
+    up by progress, not by how often they were logged; a row without it takes the last
+    step plus one. Other values (strings, NaN) are skipped.
+
+    `every_s` drops rows that arrive sooner than that after the last written one: a
+    learner logs every step, and a scalar costs TensorFlow ~0.1 ms, too much per step.
+    TensorFlow is imported here, not at module level, so processes that never write
+    TensorBoard (environment runners) never load it. Events are flushed every few
+    seconds and on `close`.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], label: str,
+                 step_key: str = "env_steps", every_s: float = 0.0,
+                 flush_every_s: float = 5.0) -> None:
+        import tensorflow as tf
+
+        self._tf = tf
+        self.path = os.path.join(os.fspath(directory), "tb", label)
+        self._writer = tf.summary.create_file_writer(
+            self.path, flush_millis=int(flush_every_s * 1000))
+        self._step_key = step_key
+        self._every_s = every_s
+        self._last_write: float | None = None
+        self._step = -1
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def write(self, data: Mapping[str, Any]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self._closed or (self._last_write is not None
+                                and now - self._last_write < self._every_s):
+                return
+            self._last_write = now
+            step = _to_python(data.get(self._step_key))
+            if isinstance(step, int | float) and math.isfinite(step):
+                self._step = int(step)
+            else:
+                self._step += 1
+            with self._writer.as_default(step=self._step):
+                for key, value in data.items():
+                    value = _to_python(value)
+                    if (isinstance(value, int | float) and not isinstance(value, bool)
+                            and math.isfinite(value)):
+                        self._tf.summary.scalar(key, value)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._writer.close()
+
+
 class Dispatcher(Logger):
     """Writes every row to each of several loggers."""
 
@@ -287,13 +351,24 @@ def make_default_logger(
     print_every_s: float = 1.0,
     stream: TextIO | None = None,
     append: bool = False,
+    tensorboard: bool = False,
+    step_key: str = "env_steps",
+    keys: Sequence[str] | None = None,
+    redraw: bool = True,
 ) -> Logger:
-    """A terminal logger labelled `label`, plus a CSV file in `directory` when given.
+    """A terminal logger labelled `label`, plus a CSV file in `directory` when given, and
+    with `tensorboard` TensorBoard events in `<directory>/tb/<label>` (steps from
+    `step_key`).
 
     `stream` defaults to `sys.stdout` as it is when this is called; `append` continues an
-    existing CSV file (see `CSVLogger`).
+    existing CSV file (see `CSVLogger`); `keys` limits what the terminal line shows (the
+    files get every key) and `redraw` is the terminal's (see `TerminalLogger`).
     """
-    terminal = TerminalLogger(label=label, total=total, print_every_s=print_every_s, stream=stream)
+    terminal = TerminalLogger(label=label, total=total, print_every_s=print_every_s,
+                              stream=stream, keys=keys, redraw=redraw)
     if directory is None:
         return terminal
-    return Dispatcher([terminal, CSVLogger(directory, label, append=append)])
+    loggers: list[Logger] = [terminal, CSVLogger(directory, label, append=append)]
+    if tensorboard:
+        loggers.append(TensorBoardLogger(directory, label, step_key=step_key))
+    return Dispatcher(loggers)
