@@ -159,3 +159,16 @@ def test_examples_run(tmp_path, script):
     assert "env steps:" in out.stdout and "learner steps:" in out.stdout
     learner_steps = int(out.stdout.split("learner steps:")[1].split()[0].replace(",", ""))
     assert learner_steps > 0
+
+
+def test_pong_example_trains_on_the_real_ale_and_checkpoints(tmp_path):
+    args = [sys.executable, str(ROOT / "examples" / "atari_pong.py"), "--steps", "2500",
+            "--runners", "1", "--envs-per-runner", "4", "--minutes", "4",
+            "--logdir", str(tmp_path / "pong")]
+    out = subprocess.run(args, capture_output=True, text=True, env=_env(), cwd=tmp_path,
+                         timeout=400)
+    assert out.returncode == 0, out.stderr[-2000:]
+    learner_steps = int(out.stdout.split("learner steps:")[1].split()[0].replace(",", ""))
+    assert learner_steps > 0 and "budget" in out.stdout
+    assert (tmp_path / "pong" / "train.csv").exists()
+    assert any((tmp_path / "pong" / "checkpoints" / "learner").iterdir())
