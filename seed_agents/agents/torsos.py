@@ -1,7 +1,10 @@
 """Observation torsos shared by the agents' networks, by name.
 
 A torso maps a batch of observations to a flat feature vector. Vector observations go
-through the agent's MLP layers only; pixel torsos put convolutions in front of them.
+through the agent's MLP layers only; pixel torsos put convolutions in front of them: the
+Nature DQN's three ("nature_cnn") or IMPALA's deep residual stack ("impala_resnet"). Each
+is a plain list of Keras layers that `embed` runs in order, so a network holds its torso
+as a list attribute and its variables are tracked, trained and checkpointed like the rest.
 """
 
 from __future__ import annotations
