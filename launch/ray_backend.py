@@ -358,7 +358,7 @@ def _connect(cleanup: contextlib.ExitStack, program: Program, address: str | Non
         # local_mp, a local Ray runs every node whatever the machine's core count.
         if num_cpus is None:
             num_cpus = max(os.cpu_count() or 1, math.ceil(_program_resources(program)[0]))
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
+        _start_local_ray(num_cpus=num_cpus, **kwargs)
     else:
         if num_cpus is not None:
             raise ValueError("num_cpus sizes a local Ray; a cluster's nodes set their own "
@@ -366,6 +366,30 @@ def _connect(cleanup: contextlib.ExitStack, program: Program, address: str | Non
         ray.init(address=address, **kwargs)
     # For a local Ray this shuts it down; for a cluster it only disconnects this driver.
     cleanup.callback(ray.shutdown)
+
+
+_LOCAL_RAY_ATTEMPTS = 3
+
+
+def _start_local_ray(**kwargs: Any) -> None:
+    """Starts a local Ray, retrying a start-up that timed out.
+
+    On a small busy machine Ray's own processes (GCS, raylet) sometimes miss Ray's
+    start-up deadline, and `ray.init` gives up with nothing of ours running yet; a second
+    attempt then starts normally. Other errors are not retried.
+    """
+    import ray
+
+    for attempt in range(1, _LOCAL_RAY_ATTEMPTS + 1):
+        try:
+            ray.init(address="local", include_dashboard=False, **kwargs)
+            return
+        except Exception as error:  # noqa: BLE001 - Ray raises bare Exception here
+            if attempt == _LOCAL_RAY_ATTEMPTS or "timed out" not in str(error).lower():
+                raise
+            print(f"Local Ray start-up timed out (attempt {attempt} of {_LOCAL_RAY_ATTEMPTS}):"
+                  f" {error}; retrying.", file=sys.stderr, flush=True)
+            ray.shutdown()
 
 
 def run_ray(
