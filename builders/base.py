@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import reverb
@@ -77,6 +78,16 @@ class AgentBuilder(abc.ABC):
     ) -> core.Learner:
         """A learner that samples from the replay at `replay_address` and trains `networks`."""
 
+    @property
+    def sequence_period(self) -> int | None:
+        """Rows between the starts of consecutive unrolls; None: `unroll_length` (unrolls
+        overlap by their bootstrap row)."""
+        return None
+
+    def initial_priority(self) -> Callable[[Mapping[str, Any]], float] | None:
+        """`unroll -> priority` it enters a prioritized table with; None: 1.0."""
+        return None
+
     def make_adder(
         self,
         client: reverb.Client,
@@ -86,13 +97,15 @@ class AgentBuilder(abc.ABC):
         stop_event: threading.Event | None = None,
     ) -> unrolls.UnrollAdder:
         """Assembles unrolls for `num_slots` environments and writes them to `table`."""
-        writer = unrolls.UnrollWriter(client, self.table, stop_event=stop_event)
+        writer = unrolls.UnrollWriter(client, self.table, stop_event=stop_event,
+                                      priority_fn=self.initial_priority())
         return unrolls.UnrollAdder(
             writer,
             num_slots=num_slots,
             unroll_length=self.unroll_length,
             row_spec=unrolls.row_spec(env_spec, policy.extras_spec),
             state_spec=policy.state_spec,
+            period=self.sequence_period,
         )
 
     def make_inference_server(

@@ -4,7 +4,6 @@ LSTM state and assembles overlapping sequences into a prioritized Reverb table."
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 import reverb
 
@@ -16,11 +15,8 @@ from seed_agents.agents.r2d2.learning import R2D2Learner
 from seed_agents.agents.r2d2.networks import RecurrentQNetwork
 from seed_agents.agents.r2d2.priorities import InitialPriority
 from seed_agents.replay import (
-    UnrollAdder,
-    UnrollWriter,
     make_dataset,
     prioritized_table,
-    row_spec,
     unroll_signature,
 )
 from seed_agents.specs import EnvironmentSpec
@@ -46,6 +42,13 @@ class R2D2Builder(AgentBuilder):
     @property
     def unroll_length(self) -> int:
         return self.config.unroll_length
+
+    @property
+    def sequence_period(self) -> int:
+        return self.config.sequence_period
+
+    def initial_priority(self) -> InitialPriority:
+        return InitialPriority(self.config)
 
     def make_networks(self, env_spec: EnvironmentSpec) -> RecurrentQNetwork:
         c = self.config
@@ -88,22 +91,3 @@ class R2D2Builder(AgentBuilder):
         dataset = make_dataset(replay_address, self.table, c.batch_size, prefetch=c.prefetch)
         return R2D2Learner(networks, dataset, reverb.Client(replay_address), self.table, c,
                            counter=counter, logger=logger)
-
-    def make_adder(
-        self,
-        client: reverb.Client,
-        num_slots: int,
-        env_spec: EnvironmentSpec,
-        policy: core.Policy,
-        stop_event: threading.Event | None = None,
-    ) -> UnrollAdder:
-        writer = UnrollWriter(client, self.table, stop_event=stop_event,
-                              priority_fn=InitialPriority(self.config))
-        return UnrollAdder(
-            writer,
-            num_slots=num_slots,
-            unroll_length=self.unroll_length,
-            row_spec=row_spec(env_spec, policy.extras_spec),
-            state_spec=policy.state_spec,
-            period=self.config.sequence_period,
-        )

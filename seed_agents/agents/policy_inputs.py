@@ -1,9 +1,10 @@
-"""What every TensorFlow policy's batched step takes, and its random generator."""
+"""What every TensorFlow policy's batched step takes and gives back, and its generator."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 import tree
 
@@ -32,3 +33,13 @@ def random_generator(seed: int | None) -> tf.random.Generator:
     if seed is None:
         return tf.random.Generator.from_non_deterministic_state()
     return tf.random.Generator.from_seed(seed)
+
+
+def zero_state(state_spec: Any, batch_size: int) -> Any:
+    """The initial (all-zero) recurrent state of `batch_size` environments, in numpy."""
+    return tree.map_structure(lambda s: np.zeros((batch_size, *s.shape), s.dtype), state_spec)
+
+
+def to_numpy(outputs: Any) -> Any:
+    """A step's (action, extras, next_state) tensors as numpy, for the server's buffers."""
+    return tree.map_structure(lambda t: t.numpy(), outputs)

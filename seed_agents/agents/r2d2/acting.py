@@ -6,10 +6,14 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-import tree
 from dm_env import specs
 
-from seed_agents.agents.policy_inputs import random_generator, step_signature
+from seed_agents.agents.policy_inputs import (
+    random_generator,
+    step_signature,
+    to_numpy,
+    zero_state,
+)
 from seed_agents.agents.r2d2.networks import RecurrentQNetwork
 from seed_agents.core import Policy
 from seed_agents.specs import EnvironmentSpec
@@ -87,9 +91,7 @@ class R2D2Policy(Policy):
         return tf.cast(action, self._action_dtype), {"q_values": q_values}, next_state
 
     def initial_state(self, batch_size: int) -> Any:
-        return tree.map_structure(
-            lambda s: np.zeros((batch_size, *s.shape), s.dtype), self.state_spec
-        )
+        return zero_state(self.state_spec, batch_size)
 
     def step(
         self, observation: np.ndarray, prev_action: np.ndarray, state: Any,
@@ -98,9 +100,4 @@ class R2D2Policy(Policy):
         if env_ids is None:
             env_ids = np.arange(len(observation))
         epsilon = self._epsilons[np.minimum(env_ids, len(self._epsilons) - 1)]
-        action, extras, next_state = self._step(observation, prev_action, state, epsilon)
-        return (
-            action.numpy(),
-            {"q_values": extras["q_values"].numpy()},
-            tree.map_structure(lambda t: t.numpy(), next_state),
-        )
+        return to_numpy(self._step(observation, prev_action, state, epsilon))

@@ -6,10 +6,14 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-import tree
 from dm_env import specs
 
-from seed_agents.agents.policy_inputs import random_generator, step_signature
+from seed_agents.agents.policy_inputs import (
+    random_generator,
+    step_signature,
+    to_numpy,
+    zero_state,
+)
 from seed_agents.agents.vtrace.networks import PolicyValueNetwork
 from seed_agents.core import Policy
 from seed_agents.specs import EnvironmentSpec
@@ -51,17 +55,10 @@ class VTracePolicy(Policy):
         return tf.cast(action, self._action_dtype), {"logits": logits}, next_state
 
     def initial_state(self, batch_size: int) -> Any:
-        return tree.map_structure(
-            lambda s: np.zeros((batch_size, *s.shape), s.dtype), self.state_spec
-        )
+        return zero_state(self.state_spec, batch_size)
 
     def step(
         self, observation: np.ndarray, prev_action: np.ndarray, state: Any,
         env_ids: np.ndarray | None = None,
     ) -> tuple[np.ndarray, dict[str, np.ndarray], Any]:
-        action, extras, next_state = self._step(observation, prev_action, state)
-        return (
-            action.numpy(),
-            {"logits": extras["logits"].numpy()},
-            tree.map_structure(lambda t: t.numpy(), next_state),
-        )
+        return to_numpy(self._step(observation, prev_action, state))
