@@ -45,6 +45,7 @@ import dataclasses
 import json
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -381,15 +382,35 @@ def _start_local_ray(**kwargs: Any) -> None:
     import ray
 
     for attempt in range(1, _LOCAL_RAY_ATTEMPTS + 1):
+        before = _descendants(os.getpid())
         try:
             ray.init(address="local", include_dashboard=False, **kwargs)
             return
         except Exception as error:  # noqa: BLE001 - Ray raises bare Exception here
+            # The failed start's GCS and raylet are still running, and Ray no longer
+            # knows them (its node object died with the error): stop them ourselves.
+            ray.shutdown()
+            for pid in _descendants(os.getpid()) - before:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             if attempt == _LOCAL_RAY_ATTEMPTS or "timed out" not in str(error).lower():
                 raise
             print(f"Local Ray start-up timed out (attempt {attempt} of {_LOCAL_RAY_ATTEMPTS}):"
                   f" {error}; retrying.", file=sys.stderr, flush=True)
-            ray.shutdown()
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below `pid`, from /proc (Linux; elsewhere an empty set)."""
+    found: set[int] = set()
+    pending = [pid]
+    while pending:
+        for children in Path(f"/proc/{pending.pop()}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                for child in map(int, children.read_text().split()):
+                    if child not in found:
+                        found.add(child)
+                        pending.append(child)
+    return found
 
 
 def run_ray(
