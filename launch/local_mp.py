@@ -8,7 +8,10 @@ name, to the console. Servers bind 127.0.0.1.
 Failures: a runner that dies is restarted with exponential backoff (1 s doubling, at most
 30 s) and counted; the replay, learner or evaluator dying stops the program with an error
 naming the node and its log. Stopping (budget reached, Ctrl-C, an error) sends SIGTERM to
-runners first and the replay last, waits up to 10 s in all, then kills what is left.
+runners first and the replay last, waits up to 10 s in all, then kills what is left. A
+group gets a share of the time left, not all of it: a learner blocked in a Reverb call
+(one that only returns once the replay is gone, so that it never sees its SIGTERM) leaves
+the replay time to stop, which also frees the learner.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from launch.nodes import make_program
 from launch.program import Node, NodeContext, Program, make_handles
 
 _STOP_TIMEOUT_S = 10.0
+_KILL_TIMEOUT_S = 5.0
 _START_TIMEOUT_S = 180.0
 _MAX_BACKOFF_S = 30.0
 _STOP_ORDER = ("runner", "evaluator", "learner", "replay")
@@ -197,25 +201,43 @@ class _Supervisor:
         (self._run_dir / "nodes.json").write_text(json.dumps(pids))
 
     def stop_all(self) -> None:
+        """SIGTERM group by group (runners first, the replay last), then SIGKILL.
+
+        Within `_STOP_TIMEOUT_S` in all: each group waits at most an equal share of the
+        time left among the groups still to stop, so a node that ignores its SIGTERM (the
+        learner, while its main thread is blocked in a Reverb call that only returns once
+        the replay is gone) cannot keep the later groups from stopping gracefully. Every
+        process is reaped before this returns, unless the kernel cannot kill it.
+        """
         deadline = time.monotonic() + _STOP_TIMEOUT_S
-        for group in _STOP_ORDER:
-            members = [self.processes[n.name] for n in self._program.group(group)
-                       if n.name in self.processes]
+        groups = [[self.processes[n.name] for n in self._program.group(group)
+                   if n.name in self.processes] for group in _STOP_ORDER]
+        groups = [members for members in groups if members]
+        for i, members in enumerate(groups):
             for process in members:
                 if process.exitcode is None:
                     process.terminate()
-            for process in members:
-                process.join(max(deadline - time.monotonic(), 0.0))
-        for process in self.processes.values():
-            if process.exitcode is None:
-                process.kill()
-                process.join(5.0)
+            share = max(deadline - time.monotonic(), 0.0) / (len(groups) - i)
+            _join_all(members, time.monotonic() + share)
+        _join_all(list(self.processes.values()), deadline)
+        left = [p for p in self.processes.values() if p.exitcode is None]
+        for process in left:
+            process.kill()
+        _join_all(left, time.monotonic() + _KILL_TIMEOUT_S)
+
+
+def _join_all(processes: list[multiprocessing.process.BaseProcess], deadline: float) -> None:
+    """Joins `processes` until they have all exited or `deadline` (time.monotonic) passed."""
+    for process in processes:
+        process.join(max(deadline - time.monotonic(), 0.0))
 
 
 def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunResult:
     """Runs `experiment` as one process per node until its budget, target or time limit.
 
-    Ctrl-C stops the program gracefully (within 10 s) and re-raises KeyboardInterrupt.
+    Ctrl-C stops the program gracefully (within 10 s) and re-raises KeyboardInterrupt; so
+    do SIGINT and SIGTERM sent to this process alone (not to its nodes), even when it was
+    started with SIGINT ignored (`nohup ... &`). Further signals while it stops are ignored.
     Raises ValueError before anything starts when the logdir's checkpoints and
     `experiment.resume` disagree. Checkpoints are the nodes' business: the learner node
     saves and restores the learner and the counts, the replay node the replay.
@@ -229,14 +251,22 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
     supervisor = _Supervisor(program, run_dir)
     console = _Console(run_dir / "logs", stream)
     stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        # SIGTERM (a scheduler, `kill`) stops the program as gracefully as Ctrl-C does.
-        previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    handles_signals = threading.current_thread() is threading.main_thread()
     with contextlib.ExitStack() as cleanup:
-        if threading.current_thread() is threading.main_thread():
-            cleanup.callback(signal.signal, signal.SIGTERM, previous)
+        if handles_signals:
+            # SIGINT and SIGTERM (Ctrl-C, a scheduler, `kill`) raise KeyboardInterrupt.
+            # SIGINT too, not left to Python: a process started with SIGINT ignored (a
+            # background job of a script, `nohup ... &`) gets no KeyboardInterrupt from
+            # Python, and would go on training while its nodes, which do stop on SIGINT,
+            # were still running.
+            cleanup.callback(_set_handlers, _set_handlers(_raise_keyboard_interrupt))
         cleanup.callback(console.close)
         cleanup.callback(supervisor.stop_all)
+        if handles_signals:
+            # Runs first: a second Ctrl-C or SIGTERM must not cut the stopping short,
+            # which would leave nodes running (and the interpreter's exit waiting for
+            # them without a timeout).
+            cleanup.callback(_set_handlers, _ignore_signal)
         supervisor.start_all()
         supervisor.wait_for(("control",))
         result = limit_remote_program(
@@ -249,8 +279,27 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
     return result
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _set_handlers(handlers: Any) -> dict[int, Any]:
+    """Sets the handlers of SIGINT and SIGTERM (one for both, or a dict by signal) and
+    returns the previous ones (SIG_DFL for a handler that was not set from Python)."""
+    previous = {}
+    for sig in _STOP_SIGNALS:
+        handler = handlers[sig] if isinstance(handlers, dict) else handlers
+        previous[sig] = signal.signal(sig, handler)
+        if previous[sig] is None:
+            previous[sig] = signal.SIG_DFL
+    return previous
+
+
 def _raise_keyboard_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
+
+
+def _ignore_signal(signum, frame) -> None:
+    """While the program stops: it is stopping already, within a bound."""
 
 
 def _with_logdir(experiment: Experiment, logdir: str) -> Experiment:

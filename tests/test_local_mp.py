@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -17,7 +18,8 @@ import pytest
 
 from builders.vtrace import VTraceBuilder
 from launch.experiment import Experiment
-from launch.local_mp import NodeFailedError, run_local_mp
+from launch.local_mp import NodeFailedError, _Supervisor, run_local_mp
+from launch.program import Node, Program
 from seed_agents.agents.vtrace.config import VTraceConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,6 +138,78 @@ def test_ctrl_c_stops_every_node_within_ten_seconds(tmp_path):
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_parent_alone_stops_every_node(tmp_path, signum):
+    # Started as a background job of a script is (`nohup ... &`): with SIGINT ignored,
+    # which Python then leaves ignored. Only the parent is signalled, not its group.
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    process = subprocess.Popen(
+        ["sh", "-c", 'trap "" INT; exec "$@"', "sh", sys.executable, "-m", "launch.cli",
+         "train", "--backend", "local_mp", "--runners", "1", "--envs-per-runner", "4",
+         "--steps", "100000000", "--evaluate-every-s", "0", "--logdir", str(tmp_path),
+         "--set", "unroll_length=5", "--set", "batch_size=4", "--set", "queue_size=16"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    pids: dict[str, int] = {}
+    try:
+        _wait_for_progress(tmp_path, 500)
+        pids = _pids(tmp_path)
+        os.kill(process.pid, signum)
+        deadline = time.monotonic() + 15
+        while (process.poll() is None or any(_alive(pid) for pid in pids.values())) \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert process.poll() == 130
+        assert not [name for name, pid in pids.items() if _alive(pid)]
+    finally:
+        for pid in [process.pid, *pids.values()]:
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        process.wait()
+
+
+def _replay_that_stops_in_a_while(context, logdir: str) -> None:
+    Path(logdir, "replay-ready").touch()
+    context.stop_event.wait()
+    time.sleep(0.5)
+    Path(logdir, "replay-stopped").touch()
+
+
+def _learner_deaf_until_the_replay_stops(context, logdir: str) -> None:
+    # As the learner is while its main thread waits in a Reverb call that returns only
+    # once the replay is gone: its SIGTERM handler cannot run.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    Path(logdir, "learner-ready").touch()
+    while not Path(logdir, "replay-stopped").exists():
+        time.sleep(0.05)
+
+
+def test_a_learner_deaf_to_sigterm_leaves_the_replay_time_to_stop(tmp_path):
+    kwargs = {"logdir": str(tmp_path)}
+    program = Program([
+        Node("replay", "replay", _replay_that_stops_in_a_while, kwargs),
+        Node("learner", "learner", _learner_deaf_until_the_replay_stops, kwargs),
+    ])
+    supervisor = _Supervisor(program, tmp_path)
+    try:
+        supervisor.start_all()
+        deadline = time.monotonic() + 120
+        while not ((tmp_path / "replay-ready").exists()
+                   and (tmp_path / "learner-ready").exists()):
+            assert time.monotonic() < deadline, "the nodes did not start"
+            time.sleep(0.1)
+    finally:
+        start = time.monotonic()
+        supervisor.stop_all()
+    assert time.monotonic() - start < 11
+    # The replay stopped on its SIGTERM (not killed when the time was up), which let the
+    # learner end by itself.
+    assert supervisor.processes["replay"].exitcode == 0
+    assert supervisor.processes["learner"].exitcode is not None
+    assert supervisor.processes["learner"].exitcode >= 0
 
 
 @pytest.mark.parametrize("field", ["num_runners"])
