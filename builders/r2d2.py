@@ -54,7 +54,7 @@ class R2D2Builder(AgentBuilder):
         c = self.config
         return RecurrentQNetwork(
             env_spec.num_actions, env_spec.observations.shape, c.hidden_sizes, c.lstm_size,
-            c.head_hidden_size, c.torso,
+            c.head_hidden_size, c.torso, c.precision,
         )
 
     def make_policy(

@@ -39,6 +39,7 @@ class VTraceBuilder(AgentBuilder):
             self.config.lstm_size,
             self.config.separate_value_torso,
             self.config.torso,
+            self.config.precision,
         )
 
     def make_policy(

@@ -45,7 +45,7 @@ def test_every_torso_is_expected():
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_torso_output_shape_and_parameters(name):
-    layers = TORSOS[name]()
+    layers = TORSOS[name]()  # float32 by default
     features = embed(layers, _pixels(3))
     expected_features, expected_params = EXPECTED[name]
     assert features.shape == (3, expected_features)
@@ -123,3 +123,54 @@ def test_configs_accept_every_torso_and_reject_others(config):
         assert config(torso=name).torso == name
     with pytest.raises(ValueError, match="impala_resnet"):
         config(torso="resnet50")
+
+
+def _copy_variables(target: tf.Module, source: tf.Module) -> None:
+    for a, b in zip(target.variables, source.variables, strict=True):
+        a.assign(b)
+
+
+@pytest.mark.parametrize("torso", PIXEL_TORSOS)
+def test_bfloat16_torso_computes_in_bfloat16_and_keeps_float32_variables_and_outputs(torso):
+    full = PolicyValueNetwork(NUM_ACTIONS, PIXELS, (32,), torso=torso, separate_value_torso=True)
+    half = PolicyValueNetwork(NUM_ACTIONS, PIXELS, (32,), torso=torso, separate_value_torso=True,
+                              precision="bfloat16")
+    # The same variables, all float32: checkpoints and the optimizer do not change.
+    assert [v.shape for v in half.variables] == [v.shape for v in full.variables]
+    assert {v.dtype for v in half.variables} == {tf.float32}
+    assert {layer.compute_dtype for layer in half._conv + half._torso} == {"bfloat16"}
+    _copy_variables(half, full)
+
+    observation = _pixels(4)
+    (logits, value), _ = half(observation, tf.zeros([4], tf.int32), ())
+    (full_logits, full_value), _ = full(observation, tf.zeros([4], tf.int32), ())
+    assert logits.dtype == tf.float32 and value.dtype == tf.float32
+    # bfloat16 keeps 8 bits of mantissa: close to float32, and not bit-identical.
+    np.testing.assert_allclose(logits.numpy(), full_logits.numpy(), rtol=0.05, atol=0.02)
+    np.testing.assert_allclose(value.numpy(), full_value.numpy(), rtol=0.05, atol=0.02)
+    assert not np.array_equal(logits.numpy(), full_logits.numpy())
+    with tf.GradientTape() as tape:
+        logits, values = half.unroll(tf.reshape(observation, [2, 2, *PIXELS]),
+                                     tf.zeros([2, 2], tf.int32), tf.zeros([2, 2], bool), ())
+        loss = tf.reduce_sum(logits) + tf.reduce_sum(values)
+    gradients = tape.gradient(loss, half.trainable_variables)
+    assert all(g is not None and g.dtype == tf.float32 for g in gradients)
+
+
+def test_bfloat16_r2d2_network_clones_with_its_precision():
+    network = RecurrentQNetwork(NUM_ACTIONS, PIXELS, (32,), lstm_size=16, head_hidden_size=8,
+                                torso="nature_cnn", precision="bfloat16")
+    q, _ = network(_pixels(2), tf.zeros([2], tf.int32), network.initial_state(2))
+    assert q.dtype == tf.float32
+    target = network.clone()
+    assert {layer.compute_dtype for layer in target._conv} == {"bfloat16"}
+    np.testing.assert_array_equal(
+        target(_pixels(2), tf.zeros([2], tf.int32), target.initial_state(2))[0].numpy(),
+        q.numpy())
+
+
+@pytest.mark.parametrize("config", [VTraceConfig, R2D2Config])
+def test_configs_accept_both_precisions_and_reject_others(config):
+    assert config(precision="bfloat16").precision == "bfloat16"
+    with pytest.raises(ValueError, match="bfloat16"):
+        config(precision="float16")

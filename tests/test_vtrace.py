@@ -279,6 +279,19 @@ def test_masked_mean():
     assert losses.masked_mean(x, np.zeros_like(mask)).numpy() == 0.0
 
 
+def test_normalize_uses_valid_rows_only_and_zeroes_the_rest():
+    x = np.array([[1.0, 100.0], [3.0, 5.0]], np.float32)
+    mask = np.array([[1.0, 0.0], [1.0, 1.0]], np.float32)
+    out = losses.normalize(x, mask).numpy()
+    valid = np.array([1.0, 3.0, 5.0])
+    expected = (valid - valid.mean()) / valid.std()
+    np.testing.assert_allclose(out[mask == 1], expected, rtol=1e-5)
+    assert out[0, 1] == 0.0  # the masked outlier neither counts nor comes out
+    np.testing.assert_allclose(losses.normalize(valid).numpy(), expected, rtol=1e-5)
+    # A batch whose valid advantages are all equal has nothing to say: zeros, not NaN.
+    np.testing.assert_array_equal(losses.normalize(np.full((2, 2), 7.0), mask).numpy(), 0.0)
+
+
 def test_policy_gradient_loss_hand_computed():
     # Row 0 uniform over 2 actions, row 1 with probabilities [0.25, 0.75].
     logits = tf.constant([[[0.0, 0.0]], [[0.0, math.log(3.0)]]], tf.float32)  # [T=2, B=1, 2]

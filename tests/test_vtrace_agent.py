@@ -54,6 +54,8 @@ def test_config_validation_explains_itself():
     {},
     {"lstm_size": 8},
     {"separate_value_torso": True, "ppo_clip": 0.2, "sgd_steps_per_batch": 2},
+    {"ppo_clip": None, "normalize_advantages": True},
+    {"ppo_clip": 0.1, "normalize_advantages": True},
 ])
 def test_learner_trains_on_unrolls_served_by_central_inference(options):
     config = VTraceConfig(unroll_length=5, batch_size=4, queue_size=32, hidden_sizes=(16,),

@@ -9,7 +9,14 @@ import numpy as np
 import tensorflow as tf
 from dm_env import specs
 
-from seed_agents.agents.torsos import TORSOS, embed, recurrent_unroll
+from seed_agents.agents.torsos import (
+    PRECISIONS,
+    TORSOS,
+    check_precision,
+    check_torso,
+    embed,
+    recurrent_unroll,
+)
 
 
 class RecurrentQNetwork(tf.Module):
@@ -32,20 +39,23 @@ class RecurrentQNetwork(tf.Module):
         lstm_size: int = 64,
         head_hidden_size: int = 64,
         torso: str = "mlp",
+        precision: str = "float32",
         name: str = "recurrent_q",
     ):
         super().__init__(name=name)
         self._arguments = dict(num_actions=num_actions, observation_shape=observation_shape,
                                hidden_sizes=hidden_sizes, lstm_size=lstm_size,
-                               head_hidden_size=head_hidden_size, torso=torso)
-        if torso not in TORSOS:
-            raise ValueError(f"torso must be one of {sorted(TORSOS)}, got {torso!r}.")
+                               head_hidden_size=head_hidden_size, torso=torso,
+                               precision=precision)
+        check_torso(torso)
+        check_precision(precision)
         self.num_actions = num_actions
         self.lstm_size = lstm_size
+        dtype = PRECISIONS[precision]
         with self.name_scope:
-            self._conv = TORSOS[torso]()
+            self._conv = TORSOS[torso](dtype)
             self._torso = [
-                tf.keras.layers.Dense(size, activation="relu", name=f"torso_{i}")
+                tf.keras.layers.Dense(size, activation="relu", name=f"torso_{i}", dtype=dtype)
                 for i, size in enumerate(hidden_sizes)
             ]
             self._core = tf.keras.layers.LSTMCell(lstm_size, name="core")
@@ -79,9 +89,7 @@ class RecurrentQNetwork(tf.Module):
         return (zeros, zeros)
 
     def _core_input(self, observation: tf.Tensor, prev_action: tf.Tensor) -> tf.Tensor:
-        x = embed(self._conv, observation)
-        for layer in self._torso:
-            x = layer(x)
+        x = embed(self._conv, observation, self._torso)
         one_hot = tf.one_hot(tf.cast(prev_action, tf.int32), self.num_actions)
         return tf.concat([x, one_hot], axis=-1)
 

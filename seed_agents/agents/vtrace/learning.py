@@ -95,13 +95,16 @@ class VTraceLearner(core.Learner):
             lambda_=c.vtrace_lambda,
         )
         if c.ppo_clip is None:
-            pg_loss = losses.policy_gradient_loss(
-                target_logits, actions, returns.pg_advantages, mask
-            )
+            advantages = returns.pg_advantages
         else:
             # APPO: V-trace value targets, PPO's clipped surrogate for the policy.
             vs_next = tf.concat([returns.vs[1:], values[-1:]], axis=0)
             advantages = rewards + discounts * vs_next - values[:-1]
+        if c.normalize_advantages:
+            advantages = losses.normalize(advantages, mask)
+        if c.ppo_clip is None:
+            pg_loss = losses.policy_gradient_loss(target_logits, actions, advantages, mask)
+        else:
             pg_loss = losses.clipped_surrogate_loss(log_rhos, advantages, c.ppo_clip, mask)
         baseline_loss = losses.baseline_loss(returns.vs, values[:-1], mask)
         entropy_loss = losses.entropy_loss(target_logits, mask)

@@ -27,6 +27,18 @@ def masked_mean(x: tf.Tensor, mask: tf.Tensor | None = None) -> tf.Tensor:
     return tf.reduce_sum(mask * x) / tf.maximum(tf.reduce_sum(mask), tf.ones([], x.dtype))
 
 
+def normalize(x: tf.Tensor, mask: tf.Tensor | None = None, epsilon: float = 1e-8) -> tf.Tensor:
+    """(x - mean) / (std + epsilon) over the rows `mask` keeps (all rows without a mask).
+
+    Masked rows come out as 0, so they weigh nothing even in a loss that forgets the mask.
+    """
+    x = tf.stop_gradient(tf.convert_to_tensor(x))
+    mean = masked_mean(x, mask)
+    std = tf.sqrt(masked_mean(tf.square(x - mean), mask))
+    normalized = (x - mean) / (std + epsilon)
+    return normalized if mask is None else normalized * tf.cast(mask, x.dtype)
+
+
 def policy_gradient_loss(
     logits: tf.Tensor,
     actions: tf.Tensor,

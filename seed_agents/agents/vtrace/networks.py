@@ -9,13 +9,21 @@ import numpy as np
 import tensorflow as tf
 from dm_env import specs
 
-from seed_agents.agents.torsos import TORSOS, embed, recurrent_unroll
+from seed_agents.agents.torsos import (
+    PRECISIONS,
+    TORSOS,
+    check_precision,
+    check_torso,
+    embed,
+    recurrent_unroll,
+)
 
 
 class PolicyValueNetwork(tf.Module):
     """obs -> (policy logits, state value), step by step or over a whole unroll.
 
-    The torso is an MLP of `hidden_sizes`, behind convolutions when `torso="nature_cnn"`.
+    The torso is an MLP of `hidden_sizes`, behind convolutions when `torso` names a pixel
+    torso; `precision="bfloat16"` computes it in bfloat16 (see `torsos.PRECISIONS`).
 
     With `lstm_size`, an LSTM core sits between torso and heads and its input also gets the
     previous action (one-hot), as in IMPALA: memory then knows what the agent did. The
@@ -34,23 +42,26 @@ class PolicyValueNetwork(tf.Module):
         lstm_size: int | None = None,
         separate_value_torso: bool = False,
         torso: str = "mlp",
+        precision: str = "float32",
         name: str = "policy_value",
     ):
         super().__init__(name=name)
-        if torso not in TORSOS:
-            raise ValueError(f"torso must be one of {sorted(TORSOS)}, got {torso!r}.")
+        check_torso(torso)
+        check_precision(precision)
         self.num_actions = num_actions
         self.lstm_size = lstm_size
+        dtype = PRECISIONS[precision]
         with self.name_scope:
-            self._conv = TORSOS[torso]()
+            self._conv = TORSOS[torso](dtype)
             self._torso = [
-                tf.keras.layers.Dense(size, activation="relu", name=f"torso_{i}")
+                tf.keras.layers.Dense(size, activation="relu", name=f"torso_{i}", dtype=dtype)
                 for i, size in enumerate(hidden_sizes)
             ]
             # A value torso of its own keeps the value loss, whose scale grows with the
             # returns, from swamping the policy's features.
             self._value_torso = [
-                tf.keras.layers.Dense(size, activation="relu", name=f"value_torso_{i}")
+                tf.keras.layers.Dense(size, activation="relu", name=f"value_torso_{i}",
+                                      dtype=dtype)
                 for i, size in enumerate(
                     hidden_sizes if separate_value_torso and not lstm_size else ()
                 )
@@ -80,16 +91,11 @@ class PolicyValueNetwork(tf.Module):
 
     def _embed(self, observation: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Policy features and value features (the same tensor when the torso is shared)."""
-        flat = embed(self._conv, observation)
-        x = flat
-        for layer in self._torso:
-            x = layer(x)
         if not self._value_torso:
+            x = embed(self._conv, observation, self._torso)
             return x, x
-        v = flat
-        for layer in self._value_torso:
-            v = layer(v)
-        return x, v
+        flat = embed(self._conv, observation)
+        return embed([], flat, self._torso), embed([], flat, self._value_torso)
 
     def _core_input(self, embedding: tf.Tensor, prev_action: tf.Tensor) -> tf.Tensor:
         one_hot = tf.one_hot(tf.cast(prev_action, tf.int32), self.num_actions)
