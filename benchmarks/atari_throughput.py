@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -508,6 +509,11 @@ def measure_training(config, runners: int, k: int, warmup_s: float, duration_s: 
     from launch.experiment import Experiment
     from launch.inprocess import run_inprocess
 
+    # All environments start together and unrolls have a fixed length, so they complete in
+    # bursts of one per environment; a queue that cannot take a whole burst blocks the
+    # server's adder, and with it all acting, until the learner has taken a few batches.
+    config = dataclasses.replace(
+        config, queue_size=max(config.queue_size, runners * k + 2 * config.batch_size))
     builder = _timed_builder(config)
     with tempfile.TemporaryDirectory() as logdir:
         experiment = Experiment(
@@ -557,24 +563,14 @@ def _layouts(text: str) -> list[tuple[int, int]]:
 
 
 # IMPALA's V-trace as in the paper (one gradient step per batch, a shared torso) on the
-# Nature CNN; `--set key=value` overrides any field (later keys win in parse_overrides).
-# The queue holds more than every environment's unroll at once: all environments start
-# together and unrolls have a fixed length, so they complete in bursts of one per
-# environment every `unroll_length` rounds. A smaller queue blocks the server's adder,
-# and with it all acting, until the learner has taken a few batches.
-TRAINING_DEFAULTS = [
-    "torso=nature_cnn", "hidden_sizes=(256,)", "separate_value_torso=False", "ppo_clip=None",
-    "sgd_steps_per_batch=1", "unroll_length=20", "batch_size=32", "queue_size=256",
-    "reward_clip=1.0", "learning_rate=6e-4",
-]
-
-
 def _training_config(overrides: list[str]):
-    """The V-trace config every phase uses: TRAINING_DEFAULTS, then the user's --set."""
-    from launch.cli import parse_overrides
+    """The V-trace config every phase uses: the `ATARI_CPU` preset that
+    examples/atari_pong.py trains with, then the user's `--set` (later keys win)."""
     from seed_agents.agents.vtrace.config import VTraceConfig
+    from seed_agents.agents.vtrace.presets import ATARI_CPU
+    from seed_agents.utils.overrides import parse_overrides
 
-    return parse_overrides(VTraceConfig, [*TRAINING_DEFAULTS, *overrides])
+    return parse_overrides(VTraceConfig, [*ATARI_CPU, *overrides])
 
 
 def main() -> None:
@@ -733,7 +729,8 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
             "cpus": os.cpu_count(),
             "vtrace": {name: getattr(config, name) for name in (
                 "torso", "hidden_sizes", "separate_value_torso", "ppo_clip",
-                "sgd_steps_per_batch", "unroll_length", "batch_size", "queue_size")},
+                "sgd_steps_per_batch", "unroll_length", "batch_size", "queue_size",
+                "precision", "learning_rate")},
         },
     }
 

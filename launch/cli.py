@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import functools
 import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is first imported
 
@@ -23,36 +21,13 @@ from launch.local_mp import run_local_mp  # noqa: E402
 from launch.ray_backend import run_ray  # noqa: E402 - imports Ray only when run
 from seed_agents.agents.r2d2.config import R2D2Config  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
+from seed_agents.utils.overrides import parse_overrides  # noqa: E402
 
 AGENTS: dict[str, tuple[type, type]] = {
     "vtrace": (VTraceBuilder, VTraceConfig),
     "r2d2": (R2D2Builder, R2D2Config),
 }
 BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
-
-
-def parse_overrides(config_type: type, overrides: Sequence[str]) -> Any:
-    """Builds `config_type` from `key=value` strings; values are Python literals.
-
-    `learning_rate=3e-4`, `hidden_sizes=128,128`, `lstm_size=None`; a value that is not a
-    literal is kept as a string. Unknown keys and invalid values fail with the field list.
-    """
-    fields = {f.name for f in dataclasses.fields(config_type)}
-    values: dict[str, Any] = {}
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise ValueError(f"--set takes key=value, got {item!r}.")
-        if key not in fields:
-            raise ValueError(
-                f"{config_type.__name__} has no field {key!r}; fields: {', '.join(sorted(fields))}."
-            )
-        try:
-            values[key] = ast.literal_eval(raw.strip())
-        except (ValueError, SyntaxError):
-            values[key] = raw.strip()
-    return config_type(**values)
 
 
 def _config_help(config_type: type) -> str:
@@ -81,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--agent", choices=sorted(AGENTS), default="vtrace",
                        help="the agent to train (default: vtrace)")
     train.add_argument("--env", default="gym:CartPole-v1",
-                       help="environment id: gym:<gymnasium id> or fake:key=value,... "
+                       help="environment id: gym:<gymnasium id>, atari:<game>[,key=value...], "
+                            "mask:<indices>:<id> or fake:key=value,... "
                             "(default: gym:CartPole-v1)")
     train.add_argument("--backend", choices=sorted(BACKENDS), default="inprocess",
                        help="where components run: inprocess (threads), local_mp (a process "
@@ -94,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--inference-address", default="127.0.0.1:0",
                        help="where the gRPC inference service listens (host:port or "
                             "unix:/path; default: 127.0.0.1 on a free port)")
+    train.add_argument("--inference-max-wait-ms", type=float, default=2.0,
+                       help="longest a runner's request waits for others to join its "
+                            "inference batch (default: 2; pixel envs batch better at ~20)")
     train.add_argument("--ray-address", default=None,
                        help="ray backend: the cluster to join (\"auto\", host:port or "
                             "ray://host:10001); default: start a local Ray for this run")
@@ -111,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="stop once the mean return of the last 100 episodes reaches this")
     train.add_argument("--max-wall-s", type=float, default=None,
                        help="stop after this many seconds")
+    train.add_argument("--log-every-s", type=float, default=1.0,
+                       help="seconds between progress lines (default: 1)")
     train.add_argument("--logdir", default=None,
                        help="directory for CSV logs and checkpoints "
                             "(default: runs/<agent>-<time>)")
@@ -126,30 +107,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def train(args: argparse.Namespace) -> int:
+def make_experiment(args: argparse.Namespace) -> Experiment:
+    """The `Experiment` that `seed-agents train` runs for parsed `args`.
+
+    Raises:
+      ValueError, TypeError: For a bad config override or experiment setting.
+    """
     builder_type, config_type = AGENTS[args.agent]
+    config = parse_overrides(config_type, args.overrides)
+    builder: AgentBuilder = builder_type(config)
+    return Experiment(
+        builder=builder,
+        environment=args.env,
+        num_runners=args.runners,
+        envs_per_runner=args.envs_per_runner,
+        max_env_steps=args.steps,
+        seed=args.seed,
+        inference=args.inference,
+        transport=args.transport,
+        inference_address=args.inference_address,
+        inference_max_wait_ms=args.inference_max_wait_ms,
+        target_return=args.target_return,
+        max_wall_s=args.max_wall_s,
+        log_every_s=args.log_every_s,
+        logdir=args.logdir or f"runs/{args.agent}-{time.strftime('%Y%m%d-%H%M%S')}",
+        evaluate_every_s=args.evaluate_every_s or None,
+        learner_gpus=args.learner_gpus,
+        checkpoint_every_s=args.checkpoint_every_s or None,
+        resume=args.resume,
+    )
+
+
+def train(args: argparse.Namespace) -> int:
     try:
-        config = parse_overrides(config_type, args.overrides)
-        logdir = args.logdir or f"runs/{args.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
-        builder: AgentBuilder = builder_type(config)
-        experiment = Experiment(
-            builder=builder,
-            environment=args.env,
-            num_runners=args.runners,
-            envs_per_runner=args.envs_per_runner,
-            max_env_steps=args.steps,
-            seed=args.seed,
-            inference=args.inference,
-            transport=args.transport,
-            inference_address=args.inference_address,
-            target_return=args.target_return,
-            max_wall_s=args.max_wall_s,
-            logdir=logdir,
-            evaluate_every_s=args.evaluate_every_s or None,
-            learner_gpus=args.learner_gpus,
-            checkpoint_every_s=args.checkpoint_every_s or None,
-            resume=args.resume,
-        )
+        experiment = make_experiment(args)
         experiment.check_checkpoints()  # the backends check too; here the error is short
     except (ValueError, TypeError) as error:
         print(f"seed-agents: error: {error}", file=sys.stderr)
@@ -158,7 +149,7 @@ def train(args: argparse.Namespace) -> int:
     how = f"{args.inference} inference, {args.transport} transport" \
         if args.backend == "inprocess" else "central inference over gRPC"
     print(f"Training {args.agent} on {args.env} ({args.backend}, {experiment.num_envs} envs, "
-          f"{how}); logs in {logdir}", flush=True)
+          f"{how}); logs in {experiment.logdir}", flush=True)
     try:
         run = BACKENDS[args.backend]
         if args.backend == "ray":

@@ -161,6 +161,29 @@ def test_examples_run(tmp_path, script):
     assert learner_steps > 0
 
 
+def test_pong_example_prints_the_command_line_of_the_same_run():
+    import dataclasses
+    import importlib.util
+    import shlex
+
+    from launch.cli import build_parser, make_experiment
+
+    spec = importlib.util.spec_from_file_location("atari_pong", ROOT / "examples" / "atari_pong.py")
+    pong = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pong)
+    args = pong.parse_args(["--minutes", "30", "--seed", "3", "--logdir", "runs/my pong"])
+    words = shlex.split(pong.command_line(args))
+    assert words[:2] == ["seed-agents", "train"]
+    from_cli = make_experiment(build_parser().parse_args(words[1:]))
+    from_example = pong.make_experiment(args)
+    assert from_cli.builder.config == from_example.builder.config == pong.PONG_CONFIG
+    assert from_cli.builder.config.precision == "bfloat16"  # not the default: really passed
+    differ = {f.name for f in dataclasses.fields(from_cli)
+              if getattr(from_cli, f.name) != getattr(from_example, f.name)}
+    assert not differ, differ
+    assert from_cli.max_wall_s == 1800 and from_cli.logdir == "runs/my pong"
+
+
 def test_pong_example_trains_on_the_real_ale_and_checkpoints(tmp_path):
     args = [sys.executable, str(ROOT / "examples" / "atari_pong.py"), "--steps", "2500",
             "--runners", "1", "--envs-per-runner", "4", "--minutes", "4",
