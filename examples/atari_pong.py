@@ -10,8 +10,13 @@ rewards. The run saves checkpoints (continue with --resume) and its learning cur
 `<logdir>/train.csv` (env steps, episodes, mean return of the last 100 episodes, over wall
 time), `<logdir>/rates.csv` and TensorBoard under `<logdir>/tb`.
 
-The same run through the command line: `python examples/atari_pong.py --print-command`
-prints the `seed-agents train` command line, every setting spelled out.
+The same run through the command line (`--print-command` prints it for other arguments)::
+
+    seed-agents train --agent vtrace --env atari:Pong --backend local_mp --runners 2 \
+        --envs-per-runner 32 --steps 50000000 --max-wall-s 2700.0 --seed 0 \
+        --target-return 18.0 --logdir runs/pong --log-every-s 10.0 \
+        --inference-max-wait-ms 20.0 --evaluate-every-s 0 --checkpoint-every-s 300.0 \
+        --preset atari_cpu
 """
 
 from __future__ import annotations
@@ -26,10 +31,9 @@ from builders.vtrace import VTraceBuilder  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
 from launch.local_mp import run_local_mp  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
-from seed_agents.agents.vtrace.presets import ATARI_CPU, atari_cpu  # noqa: E402
+from seed_agents.agents.vtrace.presets import atari_cpu  # noqa: E402
 
-#: The agent's settings, as `seed-agents train --set` takes them (see the preset's doc).
-PONG_SETTINGS: tuple[str, ...] = ATARI_CPU
+#: The agent's settings: the `atari_cpu` preset (see its doc for why).
 PONG_CONFIG: VTraceConfig = atari_cpu()
 
 ENVIRONMENT = "atari:Pong"
@@ -54,9 +58,7 @@ def command_line(args: argparse.Namespace) -> str:
         "--checkpoint-every-s", str(CHECKPOINT_EVERY_S),
         *(["--resume"] if args.resume else []),
     ]
-    for setting in PONG_SETTINGS:
-        words += ["--set", setting]
-    return shlex.join(words)
+    return shlex.join([*words, "--preset", "atari_cpu"])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

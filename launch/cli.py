@@ -21,6 +21,7 @@ from launch.local_mp import run_local_mp  # noqa: E402
 from launch.ray_backend import run_ray  # noqa: E402 - imports Ray only when run
 from seed_agents.agents.r2d2.config import R2D2Config  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
+from seed_agents.agents.vtrace.presets import ATARI_CPU  # noqa: E402
 from seed_agents.utils.overrides import parse_overrides  # noqa: E402
 
 AGENTS: dict[str, tuple[type, type]] = {
@@ -28,6 +29,11 @@ AGENTS: dict[str, tuple[type, type]] = {
     "r2d2": (R2D2Builder, R2D2Config),
 }
 BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
+PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
+    "vtrace": {"atari_cpu": ATARI_CPU},
+    "r2d2": {},
+}
+"""Named settings per agent, applied before `--set` (see seed_agents/agents/*/presets.py)."""
 
 
 def _config_help(config_type: type) -> str:
@@ -102,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true",
                        help="continue the run in --logdir from its checkpoints; without "
                             "it a logdir that holds checkpoints is refused")
+    train.add_argument("--preset", default=None,
+                       help="named agent settings applied before any --set: "
+                            "vtrace: atari_cpu (Atari on a few CPU cores, as "
+                            "examples/atari_pong.py trains)")
     train.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override an agent config field (repeatable)")
     return parser
@@ -114,7 +124,16 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
       ValueError, TypeError: For a bad config override or experiment setting.
     """
     builder_type, config_type = AGENTS[args.agent]
-    config = parse_overrides(config_type, args.overrides)
+    overrides = list(args.overrides)
+    if args.preset is not None:
+        presets = PRESETS[args.agent]
+        if args.preset not in presets:
+            raise ValueError(
+                f"--agent {args.agent} has no preset {args.preset!r}; presets: "
+                f"{', '.join(sorted(presets)) or 'none'}."
+            )
+        overrides = [*presets[args.preset], *overrides]
+    config = parse_overrides(config_type, overrides)
     builder: AgentBuilder = builder_type(config)
     return Experiment(
         builder=builder,

@@ -182,6 +182,17 @@ def test_pong_example_prints_the_command_line_of_the_same_run():
               if getattr(from_cli, f.name) != getattr(from_example, f.name)}
     assert not differ, differ
     assert from_cli.max_wall_s == 1800 and from_cli.logdir == "runs/my pong"
+    # --set after a preset wins over it.
+    tuned = make_experiment(build_parser().parse_args([*words[1:], "--set", "batch_size=8"]))
+    assert tuned.builder.config.batch_size == 8
+    assert tuned.builder.config.precision == "bfloat16"
+
+
+def test_cli_rejects_a_preset_its_agent_lacks(capsys):
+    from launch.cli import main
+
+    assert main(["train", "--agent", "r2d2", "--preset", "atari_cpu"]) == 2
+    assert "--agent r2d2 has no preset 'atari_cpu'" in capsys.readouterr().err
 
 
 def test_pong_example_trains_on_the_real_ale_and_checkpoints(tmp_path):

@@ -1,8 +1,8 @@
 """Named V-trace settings for whole tasks, as the `key=value` strings `--set` takes.
 
 Strings rather than a config object, so that the command line, the examples and the
-benchmarks share one spelling: `seed-agents train --set` each of them reproduces the config
-`atari_cpu()` builds.
+benchmarks share one spelling: `seed-agents train --preset atari_cpu` (or `--set` each
+string) builds the config `atari_cpu()` builds.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ ATARI_CPU: tuple[str, ...] = (
 Learning costs more CPU than acting there (Nature CNN: ~0.6 ms per frame for a learner
 step, ~0.2 ms for inference, ~0.3 ms for the emulator, in float32), so the settings spend
 the learner's CPU on many small gradient steps: batches of 4 unrolls of 32 steps, two
-steps on each (PPO's clip keeps the second one close to the acting policy). Batches of 16
-unrolls with one step each, about as much learner CPU per env step but 8x fewer steps,
-learned nothing of Pong in 10M frames. The torso computes in bfloat16 (~40% less CPU per frame with native
-bfloat16); rewards are clipped to [-1, 1]. The queue holds more than the 64 unrolls that
-lockstep runners complete at once, so that a burst of them never blocks acting.
+steps on each (PPO's clip keeps the second close to the acting policy), one step per 64 env
+steps. One step per 512 env steps (batches of 16, one step each) learned nothing of Pong in
+10M frames. The torso computes in bfloat16 (~40% less CPU per frame with native bfloat16);
+rewards are clipped to [-1, 1]. The queue holds more than the 64 unrolls that lockstep
+runners complete at once, so that a burst of them never blocks acting.
 """
 
 
