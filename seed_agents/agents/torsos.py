@@ -30,12 +30,30 @@ def check_precision(precision: str) -> None:
         raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}.")
 
 
+CONV_INITIALIZER = "he_uniform"
+"""Kernel initializer of every convolution: variance 2 / fan-in, the scale ReLUs keep.
+
+Keras's default (Glorot) also divides by the fan-out, which for the Nature CNN's first
+layer (fan-in 256, fan-out 2048) leaves pre-activations of ~0.05 on Pong's frames. Adam
+moves every bias by about the learning rate per step, so a few hundred steps of a
+consistent push (the entropy bonus and the value loss both favour features that do not
+depend on the frame) drove all 32 first-layer units below zero for good: V-trace on Pong
+then trained a network whose output no longer depended on its input (10M frames at a
+random policy's return). He initialization gives pre-activations several times larger.
+"""
+
+
+def _conv(filters: int, kernel: int, strides: int = 1, **kwargs) -> tf.keras.layers.Conv2D:
+    return tf.keras.layers.Conv2D(filters, kernel, strides=strides,
+                                  kernel_initializer=CONV_INITIALIZER, **kwargs)
+
+
 def _nature_cnn(dtype: str = "float32") -> list[tf.keras.layers.Layer]:
     """The convolutions of the Nature DQN torso (Mnih et al. 2015), for 84x84 frames."""
     return [
-        tf.keras.layers.Conv2D(32, 8, strides=4, activation="relu", name="conv_0", dtype=dtype),
-        tf.keras.layers.Conv2D(64, 4, strides=2, activation="relu", name="conv_1", dtype=dtype),
-        tf.keras.layers.Conv2D(64, 3, strides=1, activation="relu", name="conv_2", dtype=dtype),
+        _conv(32, 8, strides=4, activation="relu", name="conv_0", dtype=dtype),
+        _conv(64, 4, strides=2, activation="relu", name="conv_1", dtype=dtype),
+        _conv(64, 3, strides=1, activation="relu", name="conv_2", dtype=dtype),
     ]
 
 
@@ -49,10 +67,8 @@ class ResidualBlock(tf.keras.layers.Layer):
 
     def __init__(self, channels: int, **kwargs):
         super().__init__(**kwargs)
-        self.conv_0 = tf.keras.layers.Conv2D(channels, 3, padding="same", name="conv_0",
-                                             dtype=self.dtype_policy)
-        self.conv_1 = tf.keras.layers.Conv2D(channels, 3, padding="same", name="conv_1",
-                                             dtype=self.dtype_policy)
+        self.conv_0 = _conv(channels, 3, padding="same", name="conv_0", dtype=self.dtype_policy)
+        self.conv_1 = _conv(channels, 3, padding="same", name="conv_1", dtype=self.dtype_policy)
 
     def call(self, x: tf.Tensor) -> tf.Tensor:
         y = self.conv_0(tf.nn.relu(x))
@@ -74,8 +90,7 @@ def _impala_resnet(
     layers: list[tf.keras.layers.Layer] = []
     for i, width in enumerate(channels):
         layers += [
-            tf.keras.layers.Conv2D(width, 3, padding="same", name=f"section_{i}_conv",
-                                   dtype=dtype),
+            _conv(width, 3, padding="same", name=f"section_{i}_conv", dtype=dtype),
             tf.keras.layers.MaxPool2D(3, strides=2, padding="same", name=f"section_{i}_pool",
                                       dtype=dtype),
             ResidualBlock(width, name=f"section_{i}_block_0", dtype=dtype),
