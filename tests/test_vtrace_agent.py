@@ -86,6 +86,7 @@ def test_learner_trains_on_unrolls_served_by_central_inference(options):
             metrics = learner.step() or metrics
         assert counter.get_counts()["learner_steps"] >= 1
         assert np.isfinite(metrics["loss"]) and metrics["gradient_norm"] > 0
+        assert metrics["value_std"] > 0  # the fake env's observations differ
         # The policy reads the learner's variables: its output moved without any copy.
         after = policy.step(obs, np.zeros(1, np.int32), policy.initial_state(1))[1]["logits"]
         assert not np.allclose(before, after)

@@ -115,6 +115,9 @@ class VTraceLearner(core.Learner):
             "baseline_loss": baseline_loss,
             "entropy": -entropy_loss,
             "mean_rho": losses.masked_mean(tf.exp(log_rhos), mask),
+            # Spread of the value over the batch's states: exactly 0 when the network's
+            # output no longer depends on its input (e.g. every first-layer ReLU dead).
+            "value_std": tf.math.reduce_std(values),
         }
         return loss, metrics
 

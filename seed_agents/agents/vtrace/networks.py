@@ -67,7 +67,13 @@ class PolicyValueNetwork(tf.Module):
                 )
             ]
             self._core = tf.keras.layers.LSTMCell(lstm_size, name="core") if lstm_size else None
-            self._policy_head = tf.keras.layers.Dense(num_actions, name="policy")
+            # Near-zero weights: the first policy is uniform whatever the torso's features.
+            # With a default-scale head, a pixel torso's features made the first Pong policy
+            # far from uniform (entropy 0.65 of 1.79), and the entropy bonus evened it out
+            # by shrinking the features, first-layer ReLUs dying along the way.
+            self._policy_head = tf.keras.layers.Dense(
+                num_actions, name="policy",
+                kernel_initializer=tf.keras.initializers.Orthogonal(gain=0.01))
             self._value_head = tf.keras.layers.Dense(1, name="value")
         self._observation_shape = tuple(observation_shape)
         self._features = int(np.prod(observation_shape))
