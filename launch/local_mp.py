@@ -8,10 +8,10 @@ name, to the console. Servers bind 127.0.0.1.
 Failures: a runner that dies is restarted with exponential backoff (1 s doubling, at most
 30 s) and counted; the replay, learner or evaluator dying stops the program with an error
 naming the node and its log. Stopping (budget reached, Ctrl-C, an error) sends SIGTERM to
-runners first and the replay last, waits up to 10 s in all, then kills what is left. A
-group gets a share of the time left, not all of it: a learner blocked in a Reverb call
-(one that only returns once the replay is gone, so that it never sees its SIGTERM) leaves
-the replay time to stop, which also frees the learner.
+runners first and the replay last, waits up to 10 s in all, then kills what is left. The
+replay keeps its last 2 s whatever the learner does: a learner blocked in a Reverb call
+(one that only returns once the replay is gone, so that it never sees its SIGTERM) still
+leaves the replay time to stop, which also frees the learner.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from launch.program import Node, NodeContext, Program, make_handles
 
 _STOP_TIMEOUT_S = 10.0
 _KILL_TIMEOUT_S = 5.0
+_LAST_GROUP_S = 2.0  # of _STOP_TIMEOUT_S, kept for the last group to stop (the replay)
 _START_TIMEOUT_S = 180.0
 _MAX_BACKOFF_S = 30.0
 _STOP_ORDER = ("runner", "evaluator", "learner", "replay")
@@ -203,11 +204,13 @@ class _Supervisor:
     def stop_all(self) -> None:
         """SIGTERM group by group (runners first, the replay last), then SIGKILL.
 
-        Within `_STOP_TIMEOUT_S` in all: each group waits at most an equal share of the
-        time left among the groups still to stop, so a node that ignores its SIGTERM (the
-        learner, while its main thread is blocked in a Reverb call that only returns once
-        the replay is gone) cannot keep the later groups from stopping gracefully. Every
-        process is reaped before this returns, unless the kernel cannot kill it.
+        Within `_STOP_TIMEOUT_S` in all. Every group but the last may use the time up to
+        `_LAST_GROUP_S` before the deadline: the learner gets most of it, to finish its
+        step and save its last checkpoint on a loaded machine, and the replay keeps its
+        own seconds even after a node that ignores its SIGTERM (the learner, while its
+        main thread is blocked in a Reverb call that only returns once the replay is
+        gone; stopping the replay frees it). Every process is reaped before this returns,
+        unless the kernel cannot kill it.
         """
         deadline = time.monotonic() + _STOP_TIMEOUT_S
         groups = [[self.processes[n.name] for n in self._program.group(group)
@@ -217,8 +220,8 @@ class _Supervisor:
             for process in members:
                 if process.exitcode is None:
                     process.terminate()
-            share = max(deadline - time.monotonic(), 0.0) / (len(groups) - i)
-            _join_all(members, time.monotonic() + share)
+            last = i == len(groups) - 1
+            _join_all(members, deadline if last else deadline - _LAST_GROUP_S)
         _join_all(list(self.processes.values()), deadline)
         left = [p for p in self.processes.values() if p.exitcode is None]
         for process in left:
