@@ -16,7 +16,8 @@ Phases, one after the other, each counted over `--duration` seconds after a warm
   * learner_limit: env steps/s the V-trace learner's train step alone consumes (random
     unrolls, no replay), for `training_ideal` = 1 / (1/env + 1/inference + 1/learner);
   * impala_style: as many actor processes as the layout has runners, each with its own
-    copy of the policy, one environment and batch-1 inference per step (IMPALA's actors);
+    copy of the policy, one environment and batch-1 inference per step (IMPALA's actors),
+    in float32 whatever the config says (faster than bfloat16 at batch 1);
   * training: the in-process backend with gRPC runner processes and the V-trace learner
     training on what they produce (a FIFO queue: acting waits when the learner is behind).
 
@@ -649,7 +650,10 @@ def _run_phases(args: argparse.Namespace, config, policy, spec) -> dict[str, Any
                                                args.duration)
         _show("learner_limit", out["learner"])
     if "impala" in phases:
-        out["impala"] = measure_impala_style(config, runners, args.warmup, args.duration)
+        # Float32: at batch 1 bfloat16's casts cost more than its convolutions save (1.96
+        # against 1.32 CPU-ms per step measured here), and the baseline gets its best.
+        out["impala"] = measure_impala_style(dataclasses.replace(config, precision="float32"),
+                                             runners, args.warmup, args.duration)
         _show(f"impala_style ({runners} actors)", out["impala"])
     if "training" in phases:
         out["training"] = measure_training(config, runners, k, args.training_warmup,
