@@ -19,6 +19,7 @@ stops. On resume both are restored before anything acts or learns.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import multiprocessing
 import os
@@ -198,7 +199,11 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
     if threads.errors:
         name, error, trace = threads.errors[0]
         raise RuntimeError(f"{name} failed: {error!r}\n{trace}") from error
-    return result
+    # The limiter's last status can be a sampling interval older than the end (a short
+    # run may finish inside one, its learner's steps all unread); `rates` was closed on
+    # the way out of the block above, so its overall figures now cover the whole run.
+    final = {key: rates.overall.get(key, value) for key, value in result.rates.items()}
+    return dataclasses.replace(result, rates=final)
 
 
 def _join_all(threads: _Threads, exclude: threading.Thread) -> None:
