@@ -123,6 +123,24 @@ def check_torso(torso: str) -> None:
         raise ValueError(f"torso must be one of {sorted(TORSOS)}, got {torso!r}.")
 
 
+def make_torso(
+    torso: str, hidden_sizes: Sequence[int], precision: str = "float32"
+) -> tuple[list[tf.keras.layers.Layer], list[tf.keras.layers.Layer]]:
+    """The convolutions named `torso` and ReLU MLP layers `torso_<i>` of `hidden_sizes`,
+    all computing in `precision`: what `embed` runs. Call it inside the network's name
+    scope so the variables are named after the network.
+
+    Raises:
+      ValueError: For an unknown torso or precision.
+    """
+    check_torso(torso)
+    check_precision(precision)
+    dtype = PRECISIONS[precision]
+    mlp = [tf.keras.layers.Dense(size, activation="relu", name=f"torso_{i}", dtype=dtype)
+           for i, size in enumerate(hidden_sizes)]
+    return TORSOS[torso](dtype), mlp
+
+
 def embed(
     conv: list[tf.keras.layers.Layer],
     observation: tf.Tensor,

@@ -9,14 +9,7 @@ import numpy as np
 import tensorflow as tf
 from dm_env import specs
 
-from seed_agents.agents.torsos import (
-    PRECISIONS,
-    TORSOS,
-    check_precision,
-    check_torso,
-    embed,
-    recurrent_unroll,
-)
+from seed_agents.agents.torsos import embed, make_torso, recurrent_unroll
 
 
 class RecurrentQNetwork(tf.Module):
@@ -47,17 +40,10 @@ class RecurrentQNetwork(tf.Module):
                                hidden_sizes=hidden_sizes, lstm_size=lstm_size,
                                head_hidden_size=head_hidden_size, torso=torso,
                                precision=precision)
-        check_torso(torso)
-        check_precision(precision)
         self.num_actions = num_actions
         self.lstm_size = lstm_size
-        dtype = PRECISIONS[precision]
         with self.name_scope:
-            self._conv = TORSOS[torso](dtype)
-            self._torso = [
-                tf.keras.layers.Dense(size, activation="relu", name=f"torso_{i}", dtype=dtype)
-                for i, size in enumerate(hidden_sizes)
-            ]
+            self._conv, self._torso = make_torso(torso, hidden_sizes, precision)
             self._core = tf.keras.layers.LSTMCell(lstm_size, name="core")
             hidden = [head_hidden_size] if head_hidden_size else []
             self._value = [

@@ -9,14 +9,7 @@ import numpy as np
 import tensorflow as tf
 from dm_env import specs
 
-from seed_agents.agents.torsos import (
-    PRECISIONS,
-    TORSOS,
-    check_precision,
-    check_torso,
-    embed,
-    recurrent_unroll,
-)
+from seed_agents.agents.torsos import PRECISIONS, embed, make_torso, recurrent_unroll
 
 
 class PolicyValueNetwork(tf.Module):
@@ -46,17 +39,11 @@ class PolicyValueNetwork(tf.Module):
         name: str = "policy_value",
     ):
         super().__init__(name=name)
-        check_torso(torso)
-        check_precision(precision)
         self.num_actions = num_actions
         self.lstm_size = lstm_size
-        dtype = PRECISIONS[precision]
         with self.name_scope:
-            self._conv = TORSOS[torso](dtype)
-            self._torso = [
-                tf.keras.layers.Dense(size, activation="relu", name=f"torso_{i}", dtype=dtype)
-                for i, size in enumerate(hidden_sizes)
-            ]
+            self._conv, self._torso = make_torso(torso, hidden_sizes, precision)
+            dtype = PRECISIONS[precision]
             # A value torso of its own keeps the value loss, whose scale grows with the
             # returns, from swamping the policy's features.
             self._value_torso = [
