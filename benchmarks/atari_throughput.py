@@ -665,6 +665,8 @@ def _run_phases(args: argparse.Namespace, config, policy, spec) -> dict[str, Any
 
 def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[str, Any]:
     """The JSON line: the headline figures, then the breakdowns that explain them."""
+    from seed_agents.utils.reference import machine_report
+
     layout = results["layout"]
     runners, k = _layouts(layout)[0]
     env_limit = results["env"]["steps_per_s"]
@@ -677,6 +679,7 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
     frames = training["env_steps_per_s"] * ACTION_REPEAT
     baseline = impala_style * ACTION_REPEAT
     learner_limit = results["learner"]["steps_per_s"]
+    training_ideal = _combined(env_limit, inference_limit, learner_limit)
     cpu = {
         "env": results["env"].get("cpu_ms_per_step", float("nan")),
         "inference": results["inference"].get("cpu_ms_per_obs", float("nan")),
@@ -715,8 +718,10 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
         "central_vs_impala_cpu": _round(cpu["impala_actor"]
                                         / (cpu["acting_runners"] + cpu["acting_server"]), 2),
         "learner_limit": _round(learner_limit),
-        # Stepping, inference and learning sharing the cores perfectly: training's bound.
-        "training_ideal": _round(_combined(env_limit, inference_limit, learner_limit)),
+        # Stepping, inference and learning sharing the cores perfectly: training's bound,
+        # in env steps/s (as `training_env_steps_per_s`).
+        "training_ideal": _round(training_ideal),
+        "training_vs_ideal": _round(training["env_steps_per_s"] / training_ideal, 3),
         # Cores the machine left idle in each phase: near 0 with our rates low means
         # another program had the cores; well above 0 means a stall of ours.
         "idle_cores": {name: _round(results[name].get("idle_cores"), 2) for name in
@@ -724,6 +729,8 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
         | {"acting": _round(acting_figures.get("idle_cores"), 2)},
         "acting_breakdown": {key: _round(value, 3) for key, value in acting_figures.items()},
         "training_breakdown": {key: _round(value, 2) for key, value in training.items()},
+        # Where it ran: CPU, flags, TF, precision and one-second reference rates.
+        "machine": machine_report(config.precision),
         "config": {
             "env": ENV_ID, "layout": layout, "runners": runners, "envs_per_runner": k,
             "inference_batch": runners * k, "env_processes": args.env_processes,

@@ -30,6 +30,7 @@ from launch.experiment import Experiment, RunResult  # noqa: E402
 from launch.inprocess import run_inprocess  # noqa: E402
 from launch.local_mp import run_local_mp  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
+from seed_agents.utils.reference import machine_report  # noqa: E402
 
 
 def steady_rate(logdir: str, budget: int) -> float:
@@ -93,6 +94,8 @@ def main() -> None:
         if local_mp and "inprocess" in rates else None,
         "ray_vs_local_mp": round(rates["ray"] / local_mp, 2)
         if local_mp and "ray" in rates else None,
+        # Where it ran: CPU, flags, TF, precision and one-second reference rates.
+        "machine": machine_report(config.precision),
         "config": {"steps": args.steps, "runners": args.runners,
                    "envs_per_runner": args.envs_per_runner,
                    "evaluate_every_s": args.evaluate_every_s, "overrides": args.overrides},

@@ -173,6 +173,8 @@ def main() -> None:
     local = measure_local(CNN_ENV, "nature_cnn", (512,), args.runners, args.warmup_s,
                           args.duration_s)
     print(f"IMPALA-style local CNN: {local}", flush=True)
+    from seed_agents.utils.reference import machine_report
+
     print(json.dumps({
         "bench": "inference_throughput",
         "value": round(mlp["obs_per_s"]),
@@ -186,6 +188,8 @@ def main() -> None:
         "cnn_p99_ms": round(cnn["p99_ms"], 3),
         "mlp_mean_batch": round(mlp["mean_batch"], 1),
         "cnn_mean_batch": round(cnn["mean_batch"], 1),
+        # Where it ran: CPU, flags, TF, precision and one-second reference rates.
+        "machine": machine_report("float32"),
         "config": {"runners": args.runners, "mlp_envs_per_runner": args.mlp_envs,
                    "cnn_envs_per_runner": args.cnn_envs, "duration_s": args.duration_s,
                    "max_wait_ms": args.max_wait_ms, "address": args.address},

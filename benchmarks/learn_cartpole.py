@@ -23,6 +23,7 @@ from launch.experiment import Experiment
 from launch.inprocess import run_inprocess
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.envs import make_environment
+from seed_agents.utils.reference import machine_report
 
 TARGET = 475.0
 
@@ -94,6 +95,8 @@ def main() -> None:
         "baseline_kind": "target",
         "ratio": round(median_steps / args.steps, 3) if finite else None,
         "random_return": round(random_return(), 1),
+        # Where it ran: CPU, flags, TF, precision and one-second reference rates.
+        "machine": machine_report(config.precision),
         "config": {"transport": args.transport, "runners": args.runners,
                    "envs_per_runner": args.envs_per_runner, "overrides": args.overrides},
     }))

@@ -25,6 +25,7 @@ from launch.cli import parse_overrides
 from launch.experiment import Experiment, RunResult
 from launch.inprocess import run_inprocess
 from seed_agents.agents.r2d2.config import R2D2Config
+from seed_agents.utils.reference import machine_report
 
 TARGET = 475.0
 TASKS = {"masked": "mask:1,3:gym:CartPole-v1", "full": "gym:CartPole-v1"}
@@ -110,6 +111,8 @@ def main() -> None:
         "baseline": args.steps,
         "baseline_kind": "target",
         "ratio": round(value / args.steps, 3) if value is not None else None,
+        # Where it ran: CPU, flags, TF, precision and one-second reference rates.
+        "machine": machine_report(config.precision),
         "config": {"runners": args.runners, "envs_per_runner": args.envs_per_runner,
                    "eval_envs": args.eval_envs, "max_wall_s": args.max_wall_s,
                    "overrides": args.overrides},

@@ -114,6 +114,17 @@ class Experiment:
         """Whether this run saves checkpoints (a logdir and a checkpoint interval)."""
         return bool(self.logdir and self.checkpoint_every_s)
 
+    def precision_line(self) -> str | None:
+        """The run's "precision: ..." line (what the torso computes in, and why), or None
+        when the agent's config has no `precision`. "auto" is resolved on this machine:
+        call it in the process that builds the learner's networks."""
+        precision = getattr(getattr(self.builder, "config", None), "precision", None)
+        if precision is None:
+            return None
+        from seed_agents.utils.hardware import resolve_precision
+
+        return resolve_precision(precision).describe()
+
     def check_checkpoints(self) -> None:
         """Raises ValueError when the logdir's checkpoints and `resume` disagree.
 

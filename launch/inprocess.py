@@ -100,6 +100,8 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
     spec = make_environment_spec(probe)
     probe.close()
     make_networks = experiment.network_factory or builder.make_networks
+    if (line := experiment.precision_line()) is not None:
+        print(line, file=stream, flush=True)
     networks = make_networks(spec)
     policy = builder.make_policy(networks, spec, seed=experiment.seed,
                                  num_envs=experiment.num_envs)

@@ -154,6 +154,8 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
     from seed_agents.utils.counting import Counter
 
     builder = experiment.builder
+    if (line := experiment.precision_line()) is not None:
+        print(line, flush=True)  # resolved here: the learner's machine may differ
     spec, networks, policy = _agent(experiment)
     counter, stats = Counter(), EpisodeStats()
     replay = context.handles["replay"]

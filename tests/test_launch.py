@@ -177,7 +177,7 @@ def test_pong_example_prints_the_command_line_of_the_same_run():
     from_cli = make_experiment(build_parser().parse_args(words[1:]))
     from_example = pong.make_experiment(args)
     assert from_cli.builder.config == from_example.builder.config == pong.PONG_CONFIG
-    assert from_cli.builder.config.precision == "bfloat16"  # not the default: really passed
+    assert from_cli.builder.config.precision == "auto"  # not the default: really passed
     differ = {f.name for f in dataclasses.fields(from_cli)
               if getattr(from_cli, f.name) != getattr(from_example, f.name)}
     assert not differ, differ
@@ -185,7 +185,7 @@ def test_pong_example_prints_the_command_line_of_the_same_run():
     # --set after a preset wins over it.
     tuned = make_experiment(build_parser().parse_args([*words[1:], "--set", "batch_size=8"]))
     assert tuned.builder.config.batch_size == 8
-    assert tuned.builder.config.precision == "bfloat16"
+    assert tuned.builder.config.precision == "auto"
 
 
 def test_cli_rejects_a_preset_its_agent_lacks(capsys):

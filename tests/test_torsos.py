@@ -176,7 +176,8 @@ def test_bfloat16_r2d2_network_clones_with_its_precision():
 
 
 @pytest.mark.parametrize("config", [VTraceConfig, R2D2Config])
-def test_configs_accept_both_precisions_and_reject_others(config):
+def test_configs_accept_the_precisions_and_reject_others(config):
     assert config(precision="bfloat16").precision == "bfloat16"
+    assert config(precision="auto").precision == "auto"
     with pytest.raises(ValueError, match="bfloat16"):
         config(precision="float16")

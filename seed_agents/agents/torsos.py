@@ -13,21 +13,24 @@ from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
+from seed_agents.utils.hardware import check_precision, resolve_precision
+
 PRECISIONS: dict[str, str] = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
-"""Torso precision by name -> the Keras dtype policy of the torso's layers.
+"""Resolved torso precision -> the Keras dtype policy of the torso's layers.
 
 "bfloat16" computes the torso (convolutions and MLP layers) in bfloat16 while its variables,
 the heads, the recurrent core and the losses stay float32 (Keras mixed precision). On a CPU
 with AVX512_BF16, oneDNN runs the Nature CNN's convolutions natively in it: measured here,
 CPU time per frame fell from 0.61 to 0.37 ms for a learner step and from 0.21 to 0.12 ms
-for inference. CPUs without native bfloat16 emulate it, slower than float32.
+for inference. CPUs without native bfloat16 emulate it, 8x slower than float32 for a
+learner step on an AVX2-only EPYC. A config's "auto" (see `seed_agents.utils.hardware`)
+becomes one of these where the network is built.
 """
 
 
-def check_precision(precision: str) -> None:
-    """Raises ValueError unless `precision` names an entry of `PRECISIONS`."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}.")
+def torso_dtype(precision: str) -> str:
+    """The Keras dtype policy for a config's `precision` ("auto" resolved on this machine)."""
+    return PRECISIONS[resolve_precision(precision).precision]
 
 
 CONV_INITIALIZER = "he_uniform"
@@ -127,15 +130,15 @@ def make_torso(
     torso: str, hidden_sizes: Sequence[int], precision: str = "float32"
 ) -> tuple[list[tf.keras.layers.Layer], list[tf.keras.layers.Layer]]:
     """The convolutions named `torso` and ReLU MLP layers `torso_<i>` of `hidden_sizes`,
-    all computing in `precision`: what `embed` runs. Call it inside the network's name
-    scope so the variables are named after the network.
+    all computing in `precision` ("auto" resolved here): what `embed` runs. Call it inside
+    the network's name scope so the variables are named after the network.
 
     Raises:
       ValueError: For an unknown torso or precision.
     """
     check_torso(torso)
     check_precision(precision)
-    dtype = PRECISIONS[precision]
+    dtype = torso_dtype(precision)
     mlp = [tf.keras.layers.Dense(size, activation="relu", name=f"torso_{i}", dtype=dtype)
            for i, size in enumerate(hidden_sizes)]
     return TORSOS[torso](dtype), mlp

@@ -57,9 +57,11 @@ class R2D2Config:
       hidden_sizes: MLP torso layers.
       lstm_size: the LSTM core's units; its input also gets the previous action.
       head_hidden_size: hidden units of each dueling stream (value and advantage).
-      precision: "float32", or "bfloat16" to compute the torso in bfloat16 (variables,
-        core and heads stay float32; see `seed_agents.agents.torsos.PRECISIONS`): ~40%
-        less CPU per frame for a pixel torso on CPUs with native bfloat16.
+      precision: "float32"; "bfloat16" computes the torso in bfloat16 (variables, core,
+        heads and losses stay float32; see `seed_agents.agents.torsos.PRECISIONS`): ~40%
+        less CPU per frame for a pixel torso on hardware with native bfloat16, ~8x more
+        where it is emulated (it runs, with a warning); "auto" picks bfloat16 only where
+        it is native (`seed_agents.utils.hardware`), where the network is built.
     """
 
     burn_in: int = 8
@@ -133,7 +135,8 @@ class R2D2Config:
             raise ValueError(f"hidden_sizes must be positive, got {self.hidden_sizes}.")
         object.__setattr__(self, "hidden_sizes", sizes)
         # Deferred: the torso table loads TensorFlow, which importing a config should not.
-        from seed_agents.agents.torsos import check_precision, check_torso
+        from seed_agents.agents.torsos import check_torso
+        from seed_agents.utils.hardware import check_precision
 
         check_torso(self.torso)
         check_precision(self.precision)

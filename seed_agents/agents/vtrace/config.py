@@ -57,9 +57,11 @@ class VTraceConfig:
         With sparse clipped rewards (Atari) most advantages are tiny; normalized, the
         policy gradient keeps its scale against the entropy term whatever the game's
         reward density.
-      precision: "float32", or "bfloat16" to compute the torso in bfloat16 (variables,
-        core, heads and losses stay float32; see `seed_agents.agents.torsos.PRECISIONS`):
-        ~40% less CPU per frame for the Nature CNN on CPUs with native bfloat16.
+      precision: "float32"; "bfloat16" computes the torso in bfloat16 (variables, core,
+        heads and losses stay float32; see `seed_agents.agents.torsos.PRECISIONS`): ~40%
+        less CPU per frame for a pixel torso on hardware with native bfloat16, ~8x more
+        where it is emulated (it runs, with a warning); "auto" picks bfloat16 only where
+        it is native (`seed_agents.utils.hardware`), where the network is built.
     """
 
     learning_rate: float = 1e-3
@@ -118,7 +120,8 @@ class VTraceConfig:
         if self.sgd_steps_per_batch < 1:
             raise ValueError(f"sgd_steps_per_batch must be >= 1, got {self.sgd_steps_per_batch}.")
         # Deferred: the torso table loads TensorFlow, which importing a config should not.
-        from seed_agents.agents.torsos import check_precision, check_torso
+        from seed_agents.agents.torsos import check_torso
+        from seed_agents.utils.hardware import check_precision
 
         check_torso(self.torso)
         check_precision(self.precision)

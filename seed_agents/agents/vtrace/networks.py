@@ -9,14 +9,15 @@ import numpy as np
 import tensorflow as tf
 from dm_env import specs
 
-from seed_agents.agents.torsos import PRECISIONS, embed, make_torso, recurrent_unroll
+from seed_agents.agents.torsos import embed, make_torso, recurrent_unroll, torso_dtype
 
 
 class PolicyValueNetwork(tf.Module):
     """obs -> (policy logits, state value), step by step or over a whole unroll.
 
     The torso is an MLP of `hidden_sizes`, behind convolutions when `torso` names a pixel
-    torso; `precision="bfloat16"` computes it in bfloat16 (see `torsos.PRECISIONS`).
+    torso; `precision="bfloat16"` computes it in bfloat16 and "auto" does where the
+    hardware computes bfloat16 natively (see `torsos.PRECISIONS`).
 
     With `lstm_size`, an LSTM core sits between torso and heads and its input also gets the
     previous action (one-hot), as in IMPALA: memory then knows what the agent did. The
@@ -43,7 +44,7 @@ class PolicyValueNetwork(tf.Module):
         self.lstm_size = lstm_size
         with self.name_scope:
             self._conv, self._torso = make_torso(torso, hidden_sizes, precision)
-            dtype = PRECISIONS[precision]
+            dtype = torso_dtype(precision)
             # A value torso of its own keeps the value loss, whose scale grows with the
             # returns, from swamping the policy's features.
             self._value_torso = [
