@@ -592,15 +592,17 @@ def main() -> None:
                         help="inference service address: host:port, or unix:/path")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="V-trace config field for every phase, e.g. batch_size=16")
-    parser.add_argument("--inter-op-threads", type=int, default=1,
-                        help="TF inter-op threads of this process (the backends use 1)")
+    parser.add_argument("--inter-op-threads", type=int, default=2,
+                        help="TF inter-op threads of this process, which hosts the learner "
+                             "and the inference server in training (as the backends give "
+                             "such a process: LEARNER_INTER_OP_THREADS)")
     parser.add_argument("--phases", default="env,acting,inference,learner,impala,training")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from seed_agents.utils.tf_threads import configure_tf_threads
 
     # As the learner process has them (the inference server runs there): intra-op from
-    # SEED_AGENTS_TF_THREADS (default 2), inter-op 1 unless told otherwise.
+    # SEED_AGENTS_TF_THREADS (default 2), inter-op LEARNER_INTER_OP_THREADS (2).
     configure_tf_threads(None, args.inter_op_threads)
     from builders.vtrace import VTraceBuilder
     from seed_agents.envs import make_environment

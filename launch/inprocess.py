@@ -51,7 +51,7 @@ from seed_agents.specs import make_environment_spec
 from seed_agents.utils.checkpointing import replay_items, run_learner
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import Logger, make_default_logger
-from seed_agents.utils.tf_threads import configure_tf_threads
+from seed_agents.utils.tf_threads import LEARNER_INTER_OP_THREADS, configure_tf_threads
 
 _JOIN_TIMEOUT_S = 30.0
 
@@ -88,7 +88,7 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
     `experiment.resume` disagree.
     """
     experiment.check_checkpoints()
-    configure_tf_threads()
+    configure_tf_threads(inter_op=LEARNER_INTER_OP_THREADS)
     import tensorflow as tf
 
     stream = stream or sys.stdout

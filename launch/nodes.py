@@ -143,9 +143,9 @@ def replay_node(context: NodeContext, experiment: Experiment) -> None:
 
 def learner_node(context: NodeContext, experiment: Experiment) -> None:
     """The learner, with the central inference server on its own variables (SEED)."""
-    from seed_agents.utils.tf_threads import configure_tf_threads
+    from seed_agents.utils.tf_threads import LEARNER_INTER_OP_THREADS, configure_tf_threads
 
-    configure_tf_threads()
+    configure_tf_threads(inter_op=LEARNER_INTER_OP_THREADS)
     from launch.control import ControlService
     from launch.limiter import program_figures, program_status, start_program_rates
     from seed_agents.inference.grpc_service import InferenceService

@@ -164,8 +164,12 @@ def test_program_rates_from_two_readings():
 def test_runner_times_its_round_trips_and_environment_steps():
     runner = EnvRunner(environment_factory("fake:obs=4,len=50"), num_envs=4)
 
+    inside: list[float] = []  # what each call took, timed by the call itself
+
     def infer(batch):
+        start = time.monotonic()
         time.sleep(0.005)
+        inside.append(time.monotonic() - start)
         return np.zeros(4, np.int32)
 
     before = {**runner.figures(), "time": time.monotonic()}
@@ -174,10 +178,20 @@ def test_runner_times_its_round_trips_and_environment_steps():
     runner.close()
     rates = runner_rates(before, after)
     assert after["env_steps"] == 80
-    assert 0.1 <= after["infer_s"] < 1.0  # 20 x 5 ms, plus sleep's slack
-    assert rates["round_trip_p50_ms"] == pytest.approx(5.0, rel=0.6)
+    # The runner's clock agrees with the calls' own (however slow this machine sleeps):
+    # it times the whole call, so never less, and within the run's wall time.
+    assert sum(inside) <= after["infer_s"] <= after["time"] - before["time"]
+    assert sum(inside) >= 20 * 0.005
+    # The histogram's buckets are a few percent wide; its median is the calls' median.
+    assert rates["round_trip_p50_ms"] == pytest.approx(1000 * np.median(inside), rel=0.25)
     assert rates["env_steps_per_s"] > 0 and 0 < rates["inference_wait_frac"] <= 1.0
-    assert rates["env_ms_per_step"] < rates["round_trip_p50_ms"]
+
+
+def _wait_for(condition, what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
 
 
 class _ListLogger(loggers.Logger):
@@ -209,13 +223,14 @@ def test_rate_reporter_logs_rows_keeps_the_overall_rate_and_survives_errors():
     stderr = io.StringIO()
     reporter = RateReporter(read, derive, logger, log_every_s=0.2, sample_every_s=0.05)
     reporter.start()
-    time.sleep(0.5)
-    assert len(logger.rows) >= 1 and logger.rows[0]["n_per_s"] > 0
+    _wait_for(lambda: len(logger.rows) >= 1, "a first row")
+    assert logger.rows[0]["n_per_s"] > 0
     assert reporter.overall["n_per_s"] > 0 and reporter.latest == logger.rows[-1]
     rows = len(logger.rows)
     with contextlib.redirect_stderr(stderr):
         fail.set()
-        time.sleep(0.3)  # reads fail: reported once, nothing logged, the thread lives on
+        _wait_for(lambda: "server gone" in stderr.getvalue(), "the failed read's report")
+        time.sleep(0.3)  # more reads fail: reported once, nothing logged, the thread lives on
         fail.clear()
         time.sleep(0.1)
         reporter.close()
