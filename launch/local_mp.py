@@ -32,12 +32,11 @@ from typing import Any, TextIO
 from launch.experiment import Experiment, RunResult
 from launch.limiter import limit_remote_program
 from launch.nodes import make_program
-from launch.program import Node, NodeContext, Program, make_handles
+from launch.program import NODE_START_TIMEOUT_S, Node, NodeContext, Program, make_handles
 
 _STOP_TIMEOUT_S = 10.0
 _KILL_TIMEOUT_S = 5.0
 _LAST_GROUP_S = 2.0  # of _STOP_TIMEOUT_S, kept for the last group to stop (the replay)
-_START_TIMEOUT_S = 180.0
 _MAX_BACKOFF_S = 30.0
 _STOP_ORDER = ("runner", "evaluator", "learner", "replay")
 
@@ -155,7 +154,7 @@ class _Supervisor:
         self.processes[node.name] = process
 
     def wait_for(self, keys: tuple[str, ...]) -> None:
-        deadline = time.monotonic() + _START_TIMEOUT_S
+        deadline = time.monotonic() + NODE_START_TIMEOUT_S
         while not set(keys) <= set(self.addresses):
             self._drain_published(timeout_s=0.1)
             for name, process in self.processes.items():
@@ -166,7 +165,7 @@ class _Supervisor:
                     )
             if time.monotonic() > deadline:
                 raise NodeFailedError(f"No node published {sorted(set(keys) - set(self.addresses))}"
-                                      f" within {_START_TIMEOUT_S:.0f} s; see {self._logs}")
+                                      f" within {NODE_START_TIMEOUT_S:.0f} s; see {self._logs}")
 
     def _drain_published(self, timeout_s: float = 0.0) -> None:
         try:

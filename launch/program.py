@@ -52,6 +52,14 @@ class ControlHandle:
 
 HANDLES = {"replay": ReplayHandle, "inference": InferenceHandle, "control": ControlHandle}
 
+NODE_START_TIMEOUT_S = 600.0
+"""How long a backend waits for a node to start (publish its address, answer once).
+
+A node that dies while starting is reported at once, so this bounds only a node that
+hangs or that a cluster cannot place. It is generous because starting is work whose
+length depends on the machine: a learner imports TensorFlow and builds its networks, and
+on a 2-core machine with both cores busy that took over 180 s (the former limit)."""
+
 
 @dataclasses.dataclass
 class NodeContext:

@@ -7,7 +7,8 @@ limiter and the same `RunResult`; what changes is who places and restarts the no
   GPUs (the learner asks for `experiment.learner_gpus`). Runners use the SPREAD strategy,
   so on a cluster they go to different machines; the other nodes use Ray's default. A
   node whose resources the cluster lacks waits for them, and the start fails clearly
-  after 180 s (a warning is printed up front when the cluster is too small).
+  after `NODE_START_TIMEOUT_S` (600 s; a warning is printed up front when the cluster is
+  too small).
 - Addresses: servers bind the actor's node IP (`ray.util.get_node_ip_address()`), so
   nodes on other machines reach them. The driver itself reads the learner's control
   service over gRPC, so it must reach the cluster's node IPs too (also with `ray://`).
@@ -57,10 +58,9 @@ from launch.experiment import Experiment, RunResult
 from launch.limiter import limit_remote_program
 from launch.local_mp import NodeFailedError
 from launch.nodes import make_program
-from launch.program import Node, NodeContext, Program, make_handles
+from launch.program import NODE_START_TIMEOUT_S, Node, NodeContext, Program, make_handles
 
 NAMESPACE = "seed-agents"
-_START_TIMEOUT_S = 180.0
 _STOP_TIMEOUT_S = 10.0
 _HEALTH_EVERY_S = 0.5
 _CRASH_EXIT_DELAY_S = 1.0
@@ -192,7 +192,7 @@ class _Actors:
         import ray
 
         actor_class = ray.remote(NodeActor)
-        deadline = time.monotonic() + _START_TIMEOUT_S
+        deadline = time.monotonic() + NODE_START_TIMEOUT_S
         for node in self._program.nodes:
             self._wait_for(node.needs, deadline)
             options: dict[str, Any] = {
@@ -232,7 +232,7 @@ class _Actors:
                     raise NodeFailedError(f"{name} failed while starting:\n{info['error']}")
             if time.monotonic() > deadline:
                 raise NodeFailedError(
-                    f"No node published {sorted(missing)} within {_START_TIMEOUT_S:.0f} s. "
+                    f"No node published {sorted(missing)} within {NODE_START_TIMEOUT_S:.0f} s. "
                     + _resource_hint(self._program)
                 )
 
@@ -250,7 +250,7 @@ class _Actors:
                 self._identity[name] = (info["node_ip"], info["pid"])
             if waiting and time.monotonic() > deadline:
                 raise NodeFailedError(
-                    f"{sorted(waiting)} did not start within {_START_TIMEOUT_S:.0f} s. "
+                    f"{sorted(waiting)} did not start within {NODE_START_TIMEOUT_S:.0f} s. "
                     + _resource_hint(self._program)
                 )
         self._write_nodes()
@@ -455,7 +455,7 @@ def run_ray(
         cleanup.callback(actors.stop_all)
         actors.start_all()
         # Without an evaluator nothing needed the control service to start.
-        actors._wait_for(("control",), time.monotonic() + _START_TIMEOUT_S)
+        actors._wait_for(("control",), time.monotonic() + NODE_START_TIMEOUT_S)
         result = limit_remote_program(
             experiment, actors.addresses["control"], str(run_dir), stream,
             restarts=lambda: actors.restarts, failure=actors.check, wait=stop.wait,

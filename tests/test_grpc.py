@@ -78,7 +78,7 @@ def raw_stream(channel: grpc.Channel, messages, metadata=None):
     return replies, grpc.StatusCode.OK, ""
 
 
-def wait_for(condition, timeout_s=10.0, what="condition"):
+def wait_for(condition, timeout_s=60.0, what="condition"):
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:

@@ -355,7 +355,7 @@ def test_config_rejects_bad_values():
 def _experiment(tmp_path, steps=3_000, **kwargs) -> Experiment:
     return Experiment(builder=R2D2Builder(SMALL), environment="gym:CartPole-v1",
                       num_runners=2, envs_per_runner=3, max_env_steps=steps,
-                      logdir=str(tmp_path), log_every_s=0.5, max_wall_s=120, **kwargs)
+                      logdir=str(tmp_path), log_every_s=0.5, max_wall_s=1800, **kwargs)
 
 
 def test_r2d2_trains_in_process(tmp_path):

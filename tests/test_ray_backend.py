@@ -58,7 +58,7 @@ def _experiment(logdir: Path, max_env_steps: int, evaluate_every_s: float | None
         logdir=str(logdir),
         log_every_s=1.0,
         evaluate_every_s=evaluate_every_s,
-        max_wall_s=150,  # a safety net; every test asserts the budget stopped the run
+        max_wall_s=1800,  # a safety net only: every test asserts the budget stopped the run
     )
 
 
@@ -120,7 +120,7 @@ def _kill_runner_when_learning(run_name: str, logdir: Path, killed: dict) -> Non
     driver knows runner-0's first process and can tell the restart from it.
     """
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600  # the program starting on a loaded machine
         control = None
         while time.monotonic() < deadline:
             if not (logdir / "nodes.json").exists():
@@ -245,7 +245,7 @@ def _two_node_cluster(log: Path) -> Iterator[tuple[str, dict[str, str]]]:
                  "--include-dashboard=false", f"--dashboard-port={dashboard}",
                  f"--temp-dir={temp_dir}", *common, *node_ports_args(node_ports[:5])],
                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
-            deadline = time.monotonic() + 90
+            deadline = time.monotonic() + 300
             while not (Path(temp_dir) / "ray_current_cluster").exists():
                 assert processes[0].poll() is None, f"the head failed; see {log}"
                 assert time.monotonic() < deadline, f"the head did not start; see {log}"
@@ -267,7 +267,7 @@ def _two_node_cluster(log: Path) -> Iterator[tuple[str, dict[str, str]]]:
 def _cluster_driver(address: str, logdir: str) -> None:
     """The cluster test's driver, in its own process (see the test for why)."""
     ray.init(address=address, _node_ip_address="127.0.0.2")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while sum(node["Alive"] for node in ray.nodes()) < 2:
         assert time.monotonic() < deadline, "the second node did not join"
         time.sleep(0.5)
