@@ -91,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="environments each runner steps in lockstep")
     train.add_argument("--steps", type=int, default=500_000, help="env step budget")
     train.add_argument("--evaluate-every-s", type=float, default=5.0,
-                       help="distributed backends: seconds between greedy evaluation "
-                            "episodes (0 disables the evaluator)")
+                       help="seconds between the evaluator's greedy episodes (every "
+                            "backend; 0 disables the evaluator)")
     train.add_argument("--seed", type=int, default=0, help="base random seed")
     train.add_argument("--target-return", type=float, default=None,
                        help="stop once the mean return of the last 100 episodes reaches this")

@@ -43,7 +43,8 @@ class RunCurves:
     wall_s: np.ndarray
     mean_return: np.ndarray
     eval_env_steps: np.ndarray
-    eval_return: np.ndarray
+    eval_return: np.ndarray  # the running mean over `_EVAL_WINDOW` evaluations
+    eval_raw: np.ndarray  # each evaluation episode's return
 
 
 def _read_csv(path: str) -> list[dict[str, str]]:
@@ -102,6 +103,7 @@ def read_run(logdir: str | os.PathLike[str]) -> RunCurves:
         mean_return=np.array([r["mean_return"] for r in rows]),
         eval_env_steps=np.array([r["env_steps"] for r in evaluations], np.float64),
         eval_return=_running_mean(eval_returns, _EVAL_WINDOW),
+        eval_raw=eval_returns,
     )
 
 
@@ -194,12 +196,17 @@ def plot_runs(logdirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[
                           label=f"{labels[key]}: greedy evaluation ({_EVAL_WINDOW}-episode mean)")
             if len(evaluated) > 1:
                 by_steps.fill_between(x, low, high, color=color, alpha=0.1, linewidth=0)
+            else:  # one run: its evaluation episodes themselves too
+                by_steps.scatter(evaluated[0].eval_env_steps, evaluated[0].eval_raw,
+                                 color=color, s=9, alpha=0.5, linewidths=0)
         drawn.append({"label": labels[key], "runs": [run.logdir for run in members],
                       "final_mean_return": [float(run.mean_return[-1]) for run in members],
                       "env_steps": [float(run.env_steps[-1]) for run in members],
                       "evaluations": sum(run.eval_env_steps.size for run in members)})
     by_steps.set_xlabel("env steps")
+    by_steps.set_title("by env steps", fontsize="medium")
     by_time.set_xlabel("wall time (s)")
+    by_time.set_title("by wall time (mean return)", fontsize="medium")
     for axis in (by_steps, by_time):
         axis.set_ylabel("return")
         axis.grid(alpha=0.3)

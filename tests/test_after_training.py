@@ -345,3 +345,37 @@ def test_plot_draws_the_curves_of_runs_grouped_by_config(vtrace_run, tmp_path):
     bad = _cli("plot", str(tmp_path / "nothing"), "--out", str(tmp_path / "c.png"), cwd=tmp_path)
     assert bad.returncode == 2 and "has no train.csv" in bad.stderr
     assert not (tmp_path / "c.png").exists()
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id,shape,fps", [
+    ("gym:CartPole-v1", (400, 600, 3), 50.0),
+    ("mask:1,3:gym:CartPole-v1", (400, 600, 3), 50.0),
+    ("atari:Pong", (210, 160, 3), 15.0),  # 60 frames/s, 4 per agent step
+])
+def test_rendering_environments_give_rgb_frames_of_every_step(env_id, shape, fps):
+    from seed_agents.envs.rendering import make_rendering_environment
+
+    rendering = make_rendering_environment(env_id, seed=0)
+    try:
+        env = rendering.environment
+        env.reset()
+        first = rendering.frame().copy()
+        for _ in range(5):
+            env.step(0)
+        frame = rendering.frame()
+        assert frame.shape == shape and frame.dtype == np.uint8 and rendering.fps == fps
+        assert first.shape == shape and frame.any()
+    finally:
+        rendering.environment.close()
+
+
+def test_an_environment_without_pictures_cannot_render():
+    from seed_agents.envs.rendering import CannotRenderError, make_rendering_environment
+
+    with pytest.raises(CannotRenderError, match="fake:obs=4 cannot render frames"):
+        make_rendering_environment("fake:obs=4")
+    with pytest.raises(CannotRenderError, match="mask:0:fake:obs=4 cannot render"):
+        make_rendering_environment("mask:0:fake:obs=4")

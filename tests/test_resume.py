@@ -15,9 +15,12 @@ import tensorflow as tf
 
 from builders.r2d2 import R2D2Builder
 from builders.vtrace import VTraceBuilder
+from launch.cli import AGENTS
+from launch.evaluation import evaluate
 from launch.experiment import Experiment
 from launch.inprocess import run_inprocess
 from launch.local_mp import run_local_mp
+from launch.restore import load_run
 from launch.run_record import read_run_record
 from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.agents.vtrace.config import VTraceConfig
@@ -66,6 +69,11 @@ def test_a_resumed_run_continues_its_window_wall_time_and_curves(tmp_path):
     assert math.isfinite(float(first_row["mean_return"]))
     assert len(_rows(tmp_path / "evaluator.csv")) >= evaluations_before  # appended to
     assert len(read_run_record(tmp_path).started) == 2
+    # The continued run evaluates like any other, from its own newest checkpoint.
+    run = load_run(tmp_path, AGENTS)
+    assert run.checkpoint.counts["env_steps"] >= saved.counts["env_steps"]
+    assert run.checkpoint.path != saved.path
+    assert len(evaluate(run, episodes=2).returns) == 2
 
 
 def test_resuming_another_agent_or_environment_is_refused_and_changes_nothing(tmp_path):

@@ -63,19 +63,21 @@ def make_rendering_environment(env_id: str, seed: int | None = None) -> Renderin
     return RenderingEnvironment(environment, frame, fps)
 
 
-def _check_renders(env_id: str) -> None:
-    """Fails before an environment is made, for the ids known not to render."""
+def _check_renders(env_id: str, shown: str | None = None) -> None:
+    """Fails before an environment is made, for the ids known not to render; errors name
+    `shown` (the id the user gave, around a `mask:`'s inner one)."""
+    shown = shown or env_id
     prefix, _, rest = env_id.partition(":")
     if prefix == "mask":
-        _check_renders(parse_mask_id(rest)[1])
+        _check_renders(parse_mask_id(rest)[1], shown)
     elif prefix == "gym" and ":" not in rest:
         modes = _render_modes(rest)
         if "rgb_array" not in modes:
             raise CannotRenderError(
-                f"{env_id} cannot render frames for a video: gymnasium's {rest} renders "
+                f"{shown} cannot render frames for a video: gymnasium's {rest} renders "
                 f"{modes or 'nothing'}, not 'rgb_array'.")
     elif prefix == "fake":
-        raise CannotRenderError(f"{env_id} cannot render frames for a video: the fake "
+        raise CannotRenderError(f"{shown} cannot render frames for a video: the fake "
                                 "environment has no picture (use gym:, atari: or mask: ids).")
 
 
