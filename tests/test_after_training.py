@@ -67,7 +67,7 @@ def _env() -> dict:
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "launch.cli", *args], capture_output=True,
-                          text=True, env=_env(), cwd=ROOT if cwd is None else cwd, timeout=300)
+                          text=True, env=_env(), cwd=ROOT if cwd is None else cwd, timeout=600)
 
 
 def _snapshot(directory: Path) -> dict[str, tuple[int, float]]:
@@ -275,7 +275,7 @@ def test_an_exported_policy_loads_without_seed_agents_and_acts_as_the_toolkit(
         model=str(model), steps=steps, outputs=str(tmp_path / "outputs.npz"))
     # -S: no site processing, so not the editable install's finder either; a clean cwd.
     out = subprocess.run([sys.executable, "-S", "-c", textwrap.dedent(script)],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         capture_output=True, text=True, cwd=tmp_path, timeout=600,
                          env={"PATH": os.environ["PATH"], "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert out.returncode == 0, out.stderr[-3000:]
     exported = dict(np.load(tmp_path / "outputs.npz"))
