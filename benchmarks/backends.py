@@ -67,7 +67,8 @@ def main() -> None:
     parser.add_argument("--envs-per-runner", type=int, default=128)
     parser.add_argument("--backends", default="inprocess,local_mp,ray")
     parser.add_argument("--evaluate-every-s", type=float, default=30.0,
-                        help="greedy evaluation episodes of the distributed backends")
+                        help="seconds between greedy evaluation episodes (in every "
+                             "backend)")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     config = parse_overrides(VTraceConfig, args.overrides)

@@ -37,6 +37,11 @@ class Networks:
     policy: tf.keras.Model
     baseline: tf.keras.Model
 
+    @property
+    def variables(self):
+        """What the evaluator loads the learner's `get_variables(["policy"])` into."""
+        return self.policy.variables
+
 
 class SamplingPolicy(core.Policy):
     """Samples from the policy network's logits; feed-forward, so no state."""

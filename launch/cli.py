@@ -15,6 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is first
 from builders.base import AgentBuilder  # noqa: E402
 from builders.r2d2 import R2D2Builder  # noqa: E402
 from builders.vtrace import VTraceBuilder  # noqa: E402
+from launch import commands as after_training  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
 from launch.inprocess import run_inprocess  # noqa: E402
 from launch.local_mp import run_local_mp  # noqa: E402
@@ -45,7 +46,8 @@ def _config_help(config_type: type) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="seed-agents",
-        description="Train reinforcement-learning agents in the SEED RL architecture.",
+        description="Train reinforcement-learning agents in the SEED RL architecture, then "
+                    "evaluate, export and plot the runs.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     epilog = "\n".join(
@@ -89,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="environments each runner steps in lockstep")
     train.add_argument("--steps", type=int, default=500_000, help="env step budget")
     train.add_argument("--evaluate-every-s", type=float, default=5.0,
-                       help="distributed backends: seconds between greedy evaluation "
-                            "episodes (0 disables the evaluator)")
+                       help="seconds between the evaluator's greedy episodes (every "
+                            "backend; 0 disables the evaluator)")
     train.add_argument("--seed", type=int, default=0, help="base random seed")
     train.add_argument("--target-return", type=float, default=None,
                        help="stop once the mean return of the last 100 episodes reaches this")
@@ -114,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "examples/atari_pong.py trains)")
     train.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override an agent config field (repeatable)")
+    after_training.add_parsers(commands)
     return parser
 
 
@@ -185,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "train":
         return train(args)
-    return 2  # unreachable: argparse requires a command
+    return after_training.COMMANDS[args.command](args, AGENTS)
 
 
 if __name__ == "__main__":

@@ -40,8 +40,9 @@ class Experiment:
         free port; "unix:/path" for same-host runners).
       inference_max_wait_ms: longest a runner's request waits for others to join a batch.
       log_every_s: seconds between progress lines.
-      evaluate_every_s: distributed backends run an evaluator node that plays one greedy
-        episode with the learner's latest variables this often; None runs none.
+      evaluate_every_s: an evaluator node plays one greedy episode with the learner's
+        latest variables this often (in every backend; its returns go to
+        `<logdir>/evaluator.csv`); None runs none.
       learner_gpus: GPUs a cluster backend reserves for the learner node.
       checkpoint_every_s: seconds between checkpoints of the learner (variables,
         optimizer, step), the run's counts and, when the builder's `checkpoint_replay`
@@ -50,9 +51,14 @@ class Experiment:
         checkpoint). None or 0 disables checkpointing; a run without a logdir (in-process
         only: the other backends always make one) keeps none.
       resume: continue the run whose checkpoints are in `logdir`: the learner, the
-        counts (its env steps count toward `max_env_steps`) and the replay are restored,
-        CSV logs are appended to. Without it, a logdir that holds checkpoints is refused
-        (see `check_checkpoints`), so an earlier run is never overwritten.
+        counts (its env steps count toward `max_env_steps`), the last-100 episode window,
+        the wall time so far (toward `max_wall_s`) and the replay are restored, CSV logs
+        are appended to. Without it, a logdir that holds checkpoints is refused (see
+        `check_checkpoints`), so an earlier run is never overwritten; with it, a run of
+        another agent or environment than the logdir's `run.json` records is refused.
+
+    A run with a logdir records this experiment in `<logdir>/run.json` as it starts
+    (`launch.run_record`), so that `seed-agents eval`, `export` and `plot` rebuild it.
     """
 
     builder: AgentBuilder
@@ -125,12 +131,27 @@ class Experiment:
 
         return resolve_precision(precision).describe()
 
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What makes two runs the same run, which a checkpoint records: the builder's
+        class and the environment id (a factory has no id: it is not compared)."""
+        builder = type(self.builder)
+        identity: dict[str, Any] = {"builder": f"{builder.__module__}.{builder.__qualname__}"}
+        if isinstance(self.environment, str):
+            identity["environment"] = self.environment
+        return identity
+
     def check_checkpoints(self) -> None:
-        """Raises ValueError when the logdir's checkpoints and `resume` disagree.
+        """Raises ValueError when the logdir's checkpoints and `resume` disagree, or when
+        `resume` would continue a run of another agent or environment.
 
         Every backend calls this before it starts anything; it changes nothing on disk.
         """
         check_resume(self.logdir, self.resume)
+        if self.resume:
+            from launch.run_record import check_same_run
+
+            check_same_run(self)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -153,6 +153,15 @@ def start_program_rates(experiment: Experiment, read: Callable[[], Figures],
 
 
 class StepLimiter:
+    """Polls a program's status, logs the train rows and says when to stop.
+
+    The wall time it logs and limits (`max_wall_s`) is the run's: a resumed run's status
+    carries `resumed_wall_s`, the time of the run before the restart (its learner's
+    checkpoint), which is added to this segment's. Rows are written once the program
+    has answered a first status, so a resumed run's curves continue from its restored
+    counts rather than from zero.
+    """
+
     def __init__(self, experiment: Experiment, status: Status, logger: Logger,
                  poll_s: float = 0.05):
         self._experiment = experiment
@@ -173,8 +182,9 @@ class StepLimiter:
         status: dict[str, Any] = {}
         while True:
             wait(self._poll_s)
-            now = time.monotonic()
             status = self._status() or status
+            now = time.monotonic()
+            elapsed = float(status.get("resumed_wall_s", 0.0)) + now - start
             env_steps = int(status.get("env_steps", 0))
             steps_per_s = rate.update(env_steps, now)
             # With evaluation environments (greedy, as in SEED) the target is judged on
@@ -183,9 +193,9 @@ class StepLimiter:
             if (solved_steps is None and experiment.target_return is not None
                     and status.get(f"{judged}window_episodes", 0) >= 100
                     and status[f"{judged}mean_return"] >= experiment.target_return):
-                solved_steps, solved_wall = env_steps, now - start
-            reason = failure() or self._done(env_steps, solved_steps, now - start)
-            if now >= next_log or reason:
+                solved_steps, solved_wall = env_steps, elapsed
+            reason = failure() or self._done(env_steps, solved_steps, elapsed)
+            if (now >= next_log or reason) and status:
                 self._logger.write({
                     "env_steps": env_steps,
                     "episodes": status.get("episodes", 0),
@@ -194,13 +204,13 @@ class StepLimiter:
                        if k in status},
                     "steps_per_s": steps_per_s,
                     "learner_steps": int(status.get("learner_steps", 0)),
-                    "wall_s": now - start,
+                    "wall_s": elapsed,
                     **{k: v for k, v in status.items() if k.startswith("restarts")},
                 })
                 next_log = now + experiment.log_every_s
             if reason:
                 break
-        wall = time.monotonic() - start
+        wall = float(status.get("resumed_wall_s", 0.0)) + time.monotonic() - start
         return RunResult(
             env_steps=env_steps,
             episodes=int(status.get("episodes", 0)),
@@ -228,6 +238,45 @@ class StepLimiter:
         return ""
 
 
+def limit_program(
+    experiment: Experiment,
+    control: Any,
+    logdir: str | None,
+    stream: Any,
+    failure: Callable[[], str | None],
+    wait: Callable[[float], Any],
+    restarts: Callable[[], int] | None = None,
+    poll_s: float = 0.1,
+) -> RunResult:
+    """The step limiter of every backend, reading the learner's control: its
+    `LocalControl` in process, a `ControlClient` elsewhere.
+
+    The train rows go to the console, and with a logdir to `train.csv` (appended to by a
+    resumed run) and TensorBoard. A status call that fails (the learner is busy
+    starting, or gone: `failure` reports that) counts as no news, so a slow answer never
+    stops a program by itself.
+    """
+    import grpc
+
+    from seed_agents.utils.loggers import make_default_logger
+
+    logger = make_default_logger("train", logdir, total=experiment.max_env_steps,
+                                 print_every_s=experiment.log_every_s, stream=stream,
+                                 append=experiment.resume, tensorboard=True)
+
+    def status() -> dict[str, Any]:
+        try:
+            counts = control.status()
+        except grpc.RpcError:
+            return {}
+        return counts if restarts is None else {**counts, "restarts": restarts()}
+
+    try:
+        return StepLimiter(experiment, status, logger, poll_s=poll_s).run(failure, wait)
+    finally:
+        logger.close()
+
+
 def limit_remote_program(
     experiment: Experiment,
     control_address: str,
@@ -237,30 +286,12 @@ def limit_remote_program(
     failure: Callable[[], str | None],
     wait: Callable[[float], Any],
 ) -> RunResult:
-    """The step limiter of a distributed backend, reading the learner's control service.
-
-    A status call that fails (the learner is busy starting, or gone: `failure` reports
-    that) counts as no news, so a slow answer never stops a program by itself.
-    """
-    import grpc
-
+    """`limit_program` over the control service at `control_address` (a distributed
+    backend's driver)."""
     from launch.control import ControlClient
-    from seed_agents.utils.loggers import make_default_logger
 
     control = ControlClient(control_address)
-    logger = make_default_logger("train", logdir, total=experiment.max_env_steps,
-                                 print_every_s=experiment.log_every_s, stream=stream,
-                                 tensorboard=True)
-
-    def status() -> dict[str, Any]:
-        try:
-            counts = control.status()
-        except grpc.RpcError:
-            return {}
-        return {**counts, "restarts": restarts()}
-
     try:
-        return StepLimiter(experiment, status, logger, poll_s=0.1).run(failure, wait)
+        return limit_program(experiment, control, logdir, stream, failure, wait, restarts)
     finally:
-        logger.close()
         control.close()

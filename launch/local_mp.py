@@ -31,8 +31,9 @@ from typing import Any, TextIO
 
 from launch.experiment import Experiment, RunResult
 from launch.limiter import limit_remote_program
-from launch.nodes import make_program
+from launch.nodes import make_program, require_central_inference
 from launch.program import NODE_START_TIMEOUT_S, Node, NodeContext, Program, make_handles
+from launch.run_record import write_run_record
 
 _STOP_TIMEOUT_S = 10.0
 _KILL_TIMEOUT_S = 5.0
@@ -64,7 +65,7 @@ def _node_process(node: Node, addresses: dict[str, str], bind_host: str, run_dir
         handles=make_handles(node, addresses),
         bind_host=bind_host,
         stop_event=stop_event,
-        publish=lambda key, address: published.put((node.name, key, address)),
+        publish=lambda key, address, local=None: published.put((node.name, key, address)),
         logdir=run_dir,
     )
     try:
@@ -248,7 +249,9 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
     run_dir = Path(experiment.logdir or f"runs/local_mp-{time.strftime('%Y%m%d-%H%M%S')}")
     experiment = _with_logdir(experiment, str(run_dir))
     experiment.check_checkpoints()
+    require_central_inference(experiment)
     run_dir.mkdir(parents=True, exist_ok=True)
+    write_run_record(experiment)
     program = make_program(experiment)
     supervisor = _Supervisor(program, run_dir)
     console = _Console(run_dir / "logs", stream)

@@ -3,44 +3,93 @@
 Each node is a module-level function `node(context, **kwargs)` so that it pickles into any
 process or Ray actor. Heavy imports (TensorFlow, Reverb) happen inside the nodes that
 need them: a runner node imports neither.
+
+Every backend runs this one program; only where the nodes run differs. In process
+(`context.in_process`) the learner publishes its inference server and a `LocalControl`
+as objects, so runner threads call the server directly and the driver and the
+evaluator read the learner's counts and variables without a network in between.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from launch.experiment import Experiment
+from launch.limiter import rates_every_s
 from launch.program import Node, NodeContext, Program
 
 log = logging.getLogger(__name__)
 
 
 def make_program(experiment: Experiment) -> Program:
-    """replay -> learner (+ inference and control services) -> runners -> evaluator."""
+    """replay -> learner (+ inference and control) -> runners (or, with local inference,
+    actors) -> evaluator."""
+    central = experiment.inference == "central"
     nodes = [
         Node("replay", "replay", replay_node, {"experiment": experiment},
              publishes=("replay",)),
         Node("learner", "learner", learner_node, {"experiment": experiment},
-             publishes=("inference", "control"), needs=("replay",),
-             num_gpus=experiment.learner_gpus),
+             publishes=("inference", "control") if central else ("control",),
+             needs=("replay",), num_gpus=experiment.learner_gpus),
     ]
     for i in range(experiment.num_runners):
-        nodes.append(Node(
-            f"runner-{i}", "runner", runner_node,
-            {"environment": experiment.environment, "num_envs": experiment.envs_per_runner,
-             "seed": experiment.runner_seed(i)},
-            needs=("inference",), restartable=True,
-        ))
+        if central:
+            nodes.append(Node(
+                f"runner-{i}", "runner", runner_node,
+                {"environment": experiment.environment, "num_envs": experiment.envs_per_runner,
+                 "seed": experiment.runner_seed(i), "log_every_s": rates_every_s(experiment)},
+                needs=("inference",), restartable=True,
+            ))
+        else:
+            nodes.append(Node(f"actor-{i}", "runner", actor_node,
+                              {"experiment": experiment, "index": i},
+                              needs=("replay", "control")))
     if experiment.evaluate_every_s is not None:
         nodes.append(Node("evaluator", "evaluator", evaluator_node,
                           {"experiment": experiment}, needs=("control",)))
     return Program(nodes)
 
 
-def _agent(experiment: Experiment, evaluation: bool = False) -> tuple[Any, Any, Any]:
+_LOCAL_INFERENCE_IN_PROCESS = ("inference='local' (a policy copy per actor) runs in process "
+                               "only: use the inprocess backend, or inference='central'.")
+
+
+def require_central_inference(experiment: Experiment) -> None:
+    """Raises ValueError for local inference, which only the in-process backend runs: its
+    actors count into the learner's counter, in the learner's process."""
+    if experiment.inference != "central":
+        raise ValueError(_LOCAL_INFERENCE_IN_PROCESS)
+
+
+@dataclasses.dataclass
+class LocalControl:
+    """What the learner's control service answers, for nodes in the learner's process.
+
+    `status()` and `variables()` as `launch.control.ControlClient` has them; local
+    actors (inference="local") also step with the learner as their variable source and
+    count into the run's counter and episode statistics.
+    """
+
+    status: Callable[[], dict[str, Any]]
+    variables: Callable[[], list[np.ndarray]]
+    learner: Any
+    counter: Any
+    stats: Any
+
+    def close(self) -> None:
+        """Nothing to release (a `ControlClient` closes its channel)."""
+
+
+def _agent(experiment: Experiment, evaluation: bool = False,
+           seed: int | None = None) -> tuple[Any, Any, Any]:
     from seed_agents.envs import environment_factory
     from seed_agents.specs import make_environment_spec
 
@@ -49,8 +98,9 @@ def _agent(experiment: Experiment, evaluation: bool = False) -> tuple[Any, Any, 
     env.close()
     make_networks = experiment.network_factory or experiment.builder.make_networks
     networks = make_networks(spec)
-    policy = experiment.builder.make_policy(networks, spec, evaluation=evaluation,
-                                            seed=experiment.seed, num_envs=experiment.num_envs)
+    policy = experiment.builder.make_policy(
+        networks, spec, evaluation=evaluation,
+        seed=experiment.seed if seed is None else seed, num_envs=experiment.num_envs)
     return spec, networks, policy
 
 
@@ -83,12 +133,14 @@ def start_replay(experiment: Experiment, tables: list[Any]) -> tuple[Any, Any]:
 
 
 def learner_checkpointer(experiment: Experiment, learner: Any, counter: Any,
-                         replay_items: int, stream: Any = None) -> Any:
+                         replay_items: int, stream: Any = None,
+                         state: dict[str, Any] | None = None) -> Any:
     """The learner's `Checkpointer`, restored on resume; None when the run saves none.
 
-    On resume it restores the learner and the counts and prints one line saying what
-    came back; `replay_items` is the replay's size, read before the learner's dataset
-    started sampling. Shared by the in-process backend and `learner_node`.
+    `state` are the parts of the run a resumed run continues from (the episode window,
+    the clock; see `Checkpointer`). On resume it restores the learner, the counts and
+    `state` and prints one line saying what came back; `replay_items` is the replay's
+    size, read before the learner's dataset started sampling.
     """
     from seed_agents.utils import checkpointing
 
@@ -96,7 +148,8 @@ def learner_checkpointer(experiment: Experiment, learner: Any, counter: Any,
         return None
     checkpointer = checkpointing.Checkpointer(
         learner.checkpoint_objects(), checkpointing.learner_directory(experiment.logdir),
-        counter, every_s=experiment.checkpoint_every_s or None)
+        counter, every_s=experiment.checkpoint_every_s or None, state=state,
+        identity=experiment.identity)
     if experiment.resume:
         if not checkpointer.restore_latest():  # check_checkpoints saw one: it went away
             raise ValueError(f"No learner checkpoint in {checkpointer.directory} to resume.")
@@ -124,9 +177,10 @@ def make_learner_logger(logdir: str | None, append: bool) -> Any:
 
 def replay_node(context: NodeContext, experiment: Experiment) -> None:
     """A Reverb server with the agent's tables (it listens on every interface)."""
-    from seed_agents.utils.tf_threads import configure_tf_threads
+    if not context.in_process:
+        from seed_agents.utils.tf_threads import configure_tf_threads
 
-    configure_tf_threads(1, 1)
+        configure_tf_threads(1, 1)
 
     spec, _, policy = _agent(experiment)
     server, saver = start_replay(experiment, experiment.builder.make_replay_tables(spec, policy))
@@ -142,22 +196,28 @@ def replay_node(context: NodeContext, experiment: Experiment) -> None:
 
 
 def learner_node(context: NodeContext, experiment: Experiment) -> None:
-    """The learner, with the central inference server on its own variables (SEED)."""
-    from seed_agents.utils.tf_threads import LEARNER_INTER_OP_THREADS, configure_tf_threads
+    """The learner, with the central inference server on its own variables (SEED).
 
-    configure_tf_threads(inter_op=LEARNER_INTER_OP_THREADS)
+    Elsewhere it serves inference and control over gRPC; in process it publishes the
+    inference server itself (runner threads call it; gRPC only for runner processes,
+    `transport="grpc"`) and a `LocalControl`.
+    """
+    if not context.in_process:
+        from seed_agents.utils.tf_threads import LEARNER_INTER_OP_THREADS, configure_tf_threads
+
+        configure_tf_threads(inter_op=LEARNER_INTER_OP_THREADS)
     from launch.control import ControlService
     from launch.limiter import program_figures, program_status, start_program_rates
     from seed_agents.inference.grpc_service import InferenceService
     from seed_agents.inference.server import EpisodeStats, InferenceConfig
     from seed_agents.utils.checkpointing import replay_items, run_learner
-    from seed_agents.utils.counting import Counter
+    from seed_agents.utils.counting import Counter, RunClock
 
     builder = experiment.builder
     if (line := experiment.precision_line()) is not None:
-        print(line, flush=True)  # resolved here: the learner's machine may differ
+        print(line, file=context.out, flush=True)  # resolved here: the learner's machine
     spec, networks, policy = _agent(experiment)
-    counter, stats = Counter(), EpisodeStats()
+    counter, stats, clock = Counter(), EpisodeStats(), RunClock()
     replay = context.handles["replay"]
     client = replay.dereference()
     # Read before the learner's dataset samples and before runners (who need the
@@ -165,17 +225,29 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
     items = replay_items(client) if experiment.resume else 0
     learner_logger = make_learner_logger(context.logdir, experiment.resume)
     learner = builder.make_learner(networks, replay.address, counter, learner_logger)
-    checkpointer = learner_checkpointer(experiment, learner, counter, items)
-    adder = builder.make_adder(client, experiment.num_envs, spec, policy, context.stop_event)
-    # A restarted runner reconnects under its node name, which frees its predecessor's
-    # slots (see `InferenceServer.connect`), so the slots are exactly the program's. Its
-    # new stream can open before gRPC notices the old one is gone: twice the streams.
-    config = InferenceConfig(max_envs=experiment.num_envs,
-                             max_batch_size=experiment.num_envs,
-                             max_wait_ms=experiment.inference_max_wait_ms)
-    inference = builder.make_inference_server(policy, spec, adder, config, counter, stats)
-    service = InferenceService(inference, spec, address=f"{context.bind_host}:0",
-                               max_runners=2 * experiment.num_runners)
+    inference = service = None
+    state: dict[str, Any] = {"episodes": stats, "clock": clock}
+    if experiment.inference == "central":
+        adder = builder.make_adder(client, experiment.num_envs, spec, policy,
+                                   context.stop_event)
+        config = InferenceConfig(max_envs=experiment.num_envs,
+                                 max_batch_size=experiment.num_envs,
+                                 max_wait_ms=experiment.inference_max_wait_ms)
+        inference = builder.make_inference_server(policy, spec, adder, config, counter, stats)
+        state["eval_episodes"] = inference.eval_stats
+        if not (context.in_process and experiment.transport == "direct"):
+            # Elsewhere a restarted runner reconnects under its node name, which frees its
+            # predecessor's slots (see `InferenceServer.connect`), so the slots are
+            # exactly the program's; its new stream can open before gRPC notices the old
+            # one is gone: twice the streams.
+            address, max_runners = f"{context.bind_host}:0", 2 * experiment.num_runners
+            if context.in_process:  # runner processes of this machine, never restarted
+                address, max_runners = experiment.inference_address, experiment.num_runners
+            service = InferenceService(inference, spec, address=address,
+                                       max_runners=max_runners)
+    # Restored before anything acts: the episode window and the clock continue.
+    checkpointer = learner_checkpointer(experiment, learner, counter, items, context.out,
+                                        state)
 
     # The rates row of the whole program is measured here, where its parts live (the
     # counter, the inference server and a client of the replay); a client of its own,
@@ -187,40 +259,108 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
         return program_figures(counter, inference, stats_client)
 
     def status() -> dict[str, Any]:
-        return program_status(counter, inference.status(),
+        episodes = inference.status() if inference is not None else stats.summary()
+        return program_status(counter, {**episodes, "resumed_wall_s": clock.before_s},
                               rates.overall if rates is not None else None)
 
-    control = ControlService(status, lambda: learner.get_variables(["policy"])[0],
-                             address=f"{context.bind_host}:0")
+    def variables() -> list[np.ndarray]:
+        return learner.get_variables(["policy"])[0]
+
+    control = None
     try:
-        rates = start_program_rates(experiment, read_figures, context.logdir)
-        context.publish("inference", service.start())
-        context.publish("control", control.start())
+        rates = start_program_rates(experiment, read_figures, context.logdir, context.stream)
+        if service is not None:
+            context.publish("inference", service.start())
+        elif inference is not None:
+            context.publish("inference", None, local=inference)
+        if context.in_process:
+            context.publish("control", None,
+                            local=LocalControl(status, variables, learner, counter, stats))
+        else:
+            control = ControlService(status, variables, address=f"{context.bind_host}:0")
+            context.publish("control", control.start())
         run_learner(learner, context.stop_event, checkpointer)
     finally:
         try:
             if rates is not None:
                 rates.close()  # first: its last row reads the parts while they are up
         finally:
-            service.stop()
-            inference.close()
-            control.stop()
+            if service is not None:
+                service.stop()
+            if inference is not None:
+                inference.close()
+            if control is not None:
+                control.stop()
             learner_logger.close()
 
 
-def runner_node(context: NodeContext, environment: Any, num_envs: int, seed: int) -> None:
-    """Environment runners streaming to the learner's inference service."""
-    from seed_agents.inference.runner_process import run_runner
+def runner_node(context: NodeContext, environment: Any, num_envs: int, seed: int,
+                log_every_s: float = 5.0) -> None:
+    """Environment runners: streaming to the learner's inference service, or in its
+    process calling the inference server directly (a runner thread)."""
+    target = context.handles["inference"].dereference()
+    if isinstance(target, str):
+        from seed_agents.inference.runner_process import run_runner
 
-    run_runner(context.handles["inference"].dereference(), environment, num_envs, seed=seed,
-               runner_id=context.name, stop_event=context.stop_event, logdir=context.logdir)
+        run_runner(target, environment, num_envs, seed=seed, runner_id=context.name,
+                   stop_event=context.stop_event, logdir=context.logdir,
+                   log_every_s=log_every_s)
+        return
+    from seed_agents.envs import environment_factory
+    from seed_agents.inference.runner import EnvRunner, runner_reporter
+
+    runner = EnvRunner(environment_factory(environment), num_envs, seed)
+    reporter = (runner_reporter(runner.figures, context.logdir, context.name, log_every_s)
+                if context.logdir else None)
+    target.connect(context.name, num_envs)
+    try:
+        runner.run(functools.partial(target.step, context.name), context.stop_event)
+    finally:
+        target.disconnect(context.name)
+        try:
+            if reporter is not None:
+                reporter.close()  # its last row covers the runner's last seconds
+        finally:
+            runner.close()
+
+
+def actor_node(context: NodeContext, experiment: Experiment, index: int) -> None:
+    """A local-inference actor (IMPALA style): its own policy copy, refreshed from the
+    learner every 100 steps, writing its unrolls to the replay itself. In the learner's
+    process only: it counts into the learner's counter and episode statistics."""
+    from seed_agents.environment_loop import EnvironmentLoop
+    from seed_agents.envs import environment_factory
+    from seed_agents.utils.counting import Counter
+
+    control = context.handles["control"].dereference()
+    if not isinstance(control, LocalControl):
+        raise ValueError(_LOCAL_INFERENCE_IN_PROCESS)
+    builder = experiment.builder
+    spec, networks, policy = _agent(experiment, seed=experiment.seed + 7919 * (index + 1))
+    adder = builder.make_adder(context.handles["replay"].dereference(), 1, spec, policy,
+                               context.stop_event)
+    actor = builder.make_actor(policy, adder, control.learner, networks.variables,
+                               update_period=100, env_id=index)
+    actor.update(wait=True)
+    env = environment_factory(experiment.environment)(experiment.runner_seed(index))
+    loop = EnvironmentLoop(env, actor, counter=Counter(), stop_event=context.stop_event)
+    try:
+        while not context.stop_event.is_set():
+            result = loop.run_episode()
+            control.counter.increment(env_steps=int(result["episode_length"]))
+            if not context.stop_event.is_set():
+                control.stats.record(np.array([result["episode_return"]]),
+                                     np.array([result["episode_length"]]))
+    finally:
+        env.close()
 
 
 def evaluator_node(context: NodeContext, experiment: Experiment) -> None:
     """Plays greedy episodes with the learner's latest variables and logs their returns."""
-    from seed_agents.utils.tf_threads import configure_tf_threads
+    if not context.in_process:
+        from seed_agents.utils.tf_threads import configure_tf_threads
 
-    configure_tf_threads(1, 1)
+        configure_tf_threads(1, 1)
     from seed_agents.actors import PolicyActor
     from seed_agents.environment_loop import EnvironmentLoop
     from seed_agents.envs import environment_factory
@@ -228,13 +368,23 @@ def evaluator_node(context: NodeContext, experiment: Experiment) -> None:
 
     _, networks, policy = _agent(experiment, evaluation=True)
     control = context.handles["control"].dereference()
+    variables = getattr(networks, "variables", None)
+    if variables is None:
+        # The evaluator observes; an agent it cannot follow still trains.
+        print("evaluator: the agent's networks have no `variables` to load the learner's "
+              "policy variables (learner.get_variables(['policy'])) into: no evaluation "
+              "episodes in this run.", file=context.out, flush=True)
+        context.stop_event.wait()
+        control.close()
+        return
     env = environment_factory(experiment.environment)(experiment.seed + 999_983)
     loop = EnvironmentLoop(env, PolicyActor(policy), stop_event=context.stop_event)
-    logger = CSVLogger(context.logdir, "evaluator") if context.logdir else NoOpLogger()
+    logger = (CSVLogger(context.logdir, "evaluator", append=experiment.resume)
+              if context.logdir else NoOpLogger())
     try:
         while not context.stop_event.is_set():
             status = control.status()
-            for variable, value in zip(networks.variables, control.variables(), strict=True):
+            for variable, value in zip(variables, control.variables(), strict=True):
                 variable.assign(value)
             result = loop.run_episode()
             if context.stop_event.is_set():
@@ -243,11 +393,9 @@ def evaluator_node(context: NodeContext, experiment: Experiment) -> None:
                    "eval_return": result["episode_return"]}
             logger.write(row)
             print(f"eval return {row['eval_return']:.1f} at {row['env_steps']:,} env steps",
-                  flush=True)
+                  file=context.out, flush=True)
             context.stop_event.wait(experiment.evaluate_every_s)
     finally:
         logger.close()
         control.close()
         env.close()
-
-

@@ -6,21 +6,29 @@ serves something *publishes* its address under a key ("replay", "inference", "co
 once it listens; a node that *needs* keys gets them as handles, which it dereferences
 into real clients (a `reverb.Client`, an inference address, a control client) only where
 it runs. Backends start nodes in program order, waiting for each node's needs.
+
+As Launchpad's launch types do, a backend only decides where nodes run. When they all
+run in one process (`inprocess`: `NodeContext.in_process`), a node publishes the object
+itself beside (or instead of) an address, and a handle dereferences to that object: a
+runner thread then calls the learner's inference server directly, with no network in
+between, and a debugger steps from runner to policy to learner.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO
 
 
 @dataclasses.dataclass(frozen=True)
 class ReplayHandle:
-    """The Reverb server of a program."""
+    """The Reverb server of a program (a client of it, in any process)."""
 
-    address: str
+    address: str | None
+    local: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def dereference(self) -> Any:
         import reverb
@@ -30,21 +38,28 @@ class ReplayHandle:
 
 @dataclasses.dataclass(frozen=True)
 class InferenceHandle:
-    """The learner's gRPC inference service; runners stream to `address`."""
+    """The learner's inference server: in its process the `InferenceServer` itself (call
+    it directly), elsewhere the address of its gRPC service (runners stream to it)."""
 
-    address: str
+    address: str | None
+    local: Any = dataclasses.field(default=None, compare=False, repr=False)
 
-    def dereference(self) -> str:
-        return self.address
+    def dereference(self) -> Any:
+        return self.local if self.local is not None else self.address
 
 
 @dataclasses.dataclass(frozen=True)
 class ControlHandle:
-    """The learner's control service: status counts and the policy's variables."""
+    """The learner's control: status counts and the policy's variables. In the learner's
+    process the learner's own `LocalControl`, elsewhere a client of its control service
+    (both have `status()`, `variables()` and `close()`)."""
 
-    address: str
+    address: str | None
+    local: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def dereference(self) -> Any:
+        if self.local is not None:
+            return self.local
         from launch.control import ControlClient
 
         return ControlClient(self.address)
@@ -71,16 +86,29 @@ class NodeContext:
       bind_host: the host its servers bind ("127.0.0.1" on one machine; the node's IP on
         a cluster, so nodes on other machines reach it).
       stop_event: set by the backend when the node must stop; loops check it.
-      publish: `publish(key, address)` once a server listens.
+      publish: `publish(key, address, local=None)` once a server listens; `local` is the
+        served object, for nodes in the same process (a remote backend drops it).
       logdir: the run directory for the node's own files (CSV logs), or None.
+      in_process: the node shares its process with the backend and every other node: it
+        may publish objects rather than start servers, and it leaves the process's
+        settings (TensorFlow's threads) to the backend.
+      stream: where the node prints its lines (None: standard output, which a remote
+        backend sends to the node's log).
     """
 
     name: str
     handles: dict[str, Any]
     bind_host: str
     stop_event: threading.Event
-    publish: Callable[[str, str], None]
+    publish: Callable[..., None]
     logdir: str | None = None
+    in_process: bool = False
+    stream: TextIO | None = None
+
+    @property
+    def out(self) -> TextIO:
+        """The stream the node prints to."""
+        return self.stream if self.stream is not None else sys.stdout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +161,9 @@ class Program:
         return [node for node in self.nodes if node.group == group]
 
 
-def make_handles(node: Node, addresses: dict[str, str]) -> dict[str, Any]:
-    """The handles a node needs, from the addresses published so far."""
-    return {key: HANDLES[key](addresses[key]) for key in node.needs}
+def make_handles(node: Node, addresses: dict[str, str | None],
+                 objects: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The handles a node needs, from the addresses (and, in process, the objects)
+    published so far."""
+    objects = objects or {}
+    return {key: HANDLES[key](addresses.get(key), objects.get(key)) for key in node.needs}

@@ -57,8 +57,9 @@ from typing import Any, TextIO
 from launch.experiment import Experiment, RunResult
 from launch.limiter import limit_remote_program
 from launch.local_mp import NodeFailedError
-from launch.nodes import make_program
+from launch.nodes import make_program, require_central_inference
 from launch.program import NODE_START_TIMEOUT_S, Node, NodeContext, Program, make_handles
+from launch.run_record import write_run_record
 
 NAMESPACE = "seed-agents"
 _STOP_TIMEOUT_S = 10.0
@@ -104,7 +105,7 @@ class NodeActor:
         node = getattr(self, "_node", None)
         return node.name if node is not None else "NodeActor"
 
-    def _publish(self, key: str, address: str) -> None:
+    def _publish(self, key: str, address: str, local: Any = None) -> None:
         with self._lock:
             self._published[key] = address
 
@@ -445,7 +446,9 @@ def run_ray(
     run_dir = Path(experiment.logdir or f"runs/ray-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     experiment = dataclasses.replace(experiment, logdir=str(run_dir))
     experiment.check_checkpoints()
+    require_central_inference(experiment)
     run_dir.mkdir(parents=True, exist_ok=True)
+    write_run_record(experiment)
     program = make_program(experiment)
     actors = _Actors(program, run_name or run_dir.name, run_dir)
     stop = threading.Event()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dm_env
@@ -70,6 +70,17 @@ class Policy(abc.ABC):
         env_ids: np.ndarray | None = None,
     ) -> tuple[np.ndarray, dict[str, np.ndarray], Any]:
         """Returns (action, extras, next_state) for a batch; `env_ids` default to 0..B-1."""
+
+    def export_step(self) -> tuple[Callable[..., Any], Sequence[Any]]:
+        """What `seed-agents export` saves: the step of the policy's first training
+        environment (id `num_evaluation_envs`) as a traceable function of framework
+        tensors, `(observation, prev_action, state) -> (action, extras, next_state)`
+        over a batch, and the framework objects it reads (networks, random generators),
+        which the exported model carries. The default raises: such a policy cannot be
+        exported."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not say how to export it: give it an "
+            "`export_step()` (see seed_agents.core.Policy).")
 
 
 class VariableSource(abc.ABC):

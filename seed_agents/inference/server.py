@@ -53,13 +53,32 @@ class InferenceConfig:
 
 
 class EpisodeStats:
-    """Thread-safe record of finished episodes: count, returns, lengths."""
+    """Thread-safe record of finished episodes: count, returns, lengths.
+
+    `save` and `restore` carry the count and the window across a restart (a learner
+    checkpoint keeps them), so a resumed run's mean return continues where it was.
+    """
 
     def __init__(self, window: int = 100):
         self._lock = threading.Lock()
         self._returns: deque[float] = deque(maxlen=window)
         self._lengths: deque[int] = deque(maxlen=window)
         self.episodes = 0
+
+    def save(self) -> dict[str, Any]:
+        """The count and the window's returns and lengths, as JSON-able values."""
+        with self._lock:
+            return {"episodes": self.episodes, "returns": list(self._returns),
+                    "lengths": list(self._lengths)}
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Replaces the count and the window with those `save` returned."""
+        with self._lock:
+            self.episodes = int(saved["episodes"])
+            self._returns.clear()
+            self._lengths.clear()
+            self._returns.extend(float(r) for r in saved["returns"])
+            self._lengths.extend(int(n) for n in saved["lengths"])
 
     def record(self, returns: np.ndarray, lengths: np.ndarray) -> None:
         with self._lock:

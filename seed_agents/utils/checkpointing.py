@@ -8,9 +8,12 @@ A run directory keeps them at stable paths, so a restarted run finds them:
 
 Learner state and counts are saved as one TF checkpoint, in the learner's thread between
 two steps: a train step assigns many variables, and a snapshot taken from another thread
-while it runs would mix two steps. The counts (env steps, learner steps...) are a JSON
-string variable of that same checkpoint, so they can never disagree with the variables
-they describe, whenever a kill lands.
+while it runs would mix two steps. The run's metadata is a JSON string variable of that
+same checkpoint, so it can never disagree with the variables it describes, whenever a
+kill lands. It carries a format version (`CHECKPOINT_FORMAT`), what run wrote it (the
+agent's builder and the environment: `identity`), the counts (env steps, learner
+steps...) and the state a resumed run continues from (`state`: the episode window, the
+wall time so far).
 
 Reverb 0.14 (`reverb.checkpointers.DefaultCheckpointer(path)`):
 - a server built with a checkpointer on `path` loads the newest complete checkpoint there
@@ -40,7 +43,16 @@ from typing import Any
 
 from seed_agents.utils.counting import Counter
 
-_COUNTS = "counts"  # the checkpoint name of the counts; learners cannot use it
+_COUNTS = "counts"  # the checkpoint name of the run's metadata; learners cannot use it
+
+CHECKPOINT_FORMAT = 1
+"""The version of a learner checkpoint's metadata, which this code writes and reads.
+
+0: the metadata variable held the counts alone (checkpoints written before versions);
+   still read: their counts come back, the rest of a resumed run's state starts afresh.
+1: {"format", "identity", "counts", "state"}.
+A checkpoint of a newer format is refused with an error that says so.
+"""
 
 
 def learner_directory(logdir: str | os.PathLike[str]) -> str:
@@ -109,36 +121,119 @@ def write_json_atomically(path: str | os.PathLike[str], data: Any) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointInfo:
-    """What a learner checkpoint holds, read without restoring it."""
+    """What a learner checkpoint holds, read without restoring it.
+
+    Attributes:
+      path: the checkpoint's path prefix (`.../ckpt-7`).
+      step: the learner's "step" variable, if it has one.
+      counts: the run's counts when it was saved (env_steps, learner_steps, ...).
+      format: its metadata's `CHECKPOINT_FORMAT` (0: written before versions).
+      identity: what run wrote it ("builder": the agent's builder class,
+        "environment": the environment id); empty for format 0.
+      state: the saved state of a run's parts by name (e.g. "episodes", "clock").
+    """
 
     path: str
-    step: int | None  # the learner's "step" variable, if it has one
+    step: int | None
     counts: dict[str, Any]
+    format: int = CHECKPOINT_FORMAT
+    identity: dict[str, Any] = dataclasses.field(default_factory=dict)
+    state: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _parse_metadata(text: str | bytes, path: str) -> dict[str, Any]:
+    """A checkpoint's metadata in the current layout; raises ValueError for a newer format."""
+    data = json.loads(text)
+    if "format" not in data:  # format 0: the counts alone
+        return {"format": 0, "identity": {}, "counts": data, "state": {}}
+    if not isinstance(data["format"], int) or data["format"] > CHECKPOINT_FORMAT:
+        raise ValueError(
+            f"The checkpoint {path} has format {data['format']!r}, written by a newer "
+            f"seed-agents; this one reads formats up to {CHECKPOINT_FORMAT}. Upgrade "
+            "seed-agents to use it."
+        )
+    return {"format": data["format"], "identity": data.get("identity", {}),
+            "counts": data.get("counts", {}), "state": data.get("state", {})}
+
+
+def read_checkpoint_info(path: str) -> CheckpointInfo:
+    """What the learner checkpoint at `path` (a prefix such as `.../ckpt-7`) holds.
+
+    Raises:
+      ValueError: for a checkpoint without the run's metadata (not a learner checkpoint
+        of this toolkit) or of a newer format.
+      tf.errors.NotFoundError: when there is no checkpoint at `path`.
+    """
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(path)
+    key = "{}/.ATTRIBUTES/VARIABLE_VALUE"
+    if not reader.has_tensor(key.format(_COUNTS)):
+        raise ValueError(f"{path} is not a seed-agents learner checkpoint: it has no "
+                         f"{_COUNTS!r} metadata.")
+    step = int(reader.get_tensor(key.format("step"))) if reader.has_tensor(
+        key.format("step")) else None
+    metadata = _parse_metadata(reader.get_tensor(key.format(_COUNTS)), path)
+    return CheckpointInfo(path, step, metadata["counts"], metadata["format"],
+                          metadata["identity"], metadata["state"])
 
 
 def latest_checkpoint_info(directory: str | os.PathLike[str]) -> CheckpointInfo | None:
-    """The step and counts of the newest checkpoint in `directory`, or None."""
+    """What the newest checkpoint in `directory` holds, or None when there is none."""
     import tensorflow as tf
 
     path = tf.train.latest_checkpoint(os.fspath(directory))
-    if path is None:
-        return None
-    reader = tf.train.load_checkpoint(path)
-    key = "{}/.ATTRIBUTES/VARIABLE_VALUE"
-    step = int(reader.get_tensor(key.format("step"))) if reader.has_tensor(
-        key.format("step")) else None
-    counts = json.loads(reader.get_tensor(key.format(_COUNTS)).decode())
-    return CheckpointInfo(path, step, counts)
+    return None if path is None else read_checkpoint_info(path)
+
+
+def find_checkpoint(directory: str | os.PathLike[str], name: str | None = None) -> str:
+    """The path prefix of a learner checkpoint in `directory`: the newest, or the one
+    `name` names ("ckpt-7", "7", or a path prefix anywhere).
+
+    Raises:
+      ValueError: naming the directory and the checkpoints it holds, when there is none
+        or none of that name.
+    """
+    import tensorflow as tf
+
+    directory = os.fspath(directory)
+    state = tf.train.get_checkpoint_state(directory) if os.path.isdir(directory) else None
+    available = list(state.all_model_checkpoint_paths) if state is not None else []
+    if name is None:
+        if not available:
+            raise ValueError(f"{directory} holds no learner checkpoint: a run saves one every "
+                             "checkpoint_every_s seconds and when it stops (a run without a "
+                             "logdir or with --checkpoint-every-s 0 saves none).")
+        return available[-1]
+    if os.path.exists(f"{name}.index"):
+        return name
+    wanted = name if name.startswith("ckpt-") else f"ckpt-{name}"
+    for path in available:
+        if os.path.basename(path) == wanted:
+            return path
+    names = ", ".join(os.path.basename(p) for p in available) or "none"
+    raise ValueError(f"No checkpoint {name!r} in {directory}; it holds: {names}.")
+
+
+def identity_mismatches(expected: Mapping[str, Any], found: Mapping[str, Any]) -> list[str]:
+    """"key: found (expected)" for each identity key both name with different values."""
+    return [f"{key} {found[key]!r} (expected {expected[key]!r})"
+            for key in sorted(expected) if key in found and found[key] != expected[key]]
 
 
 class Checkpointer:
-    """Saves a learner's trackable objects and a run's counts as one TF checkpoint.
+    """Saves a learner's trackable objects and a run's metadata as one TF checkpoint.
 
     `objects` are what `Learner.checkpoint_objects()` returns (variables, networks,
     optimizers; their names are the checkpoint's keys). `counter` is the run's root
     counter: `save` stores its counts, `restore_latest` puts them back, so a restored
-    run's env steps continue (and count toward its step budget). The newest `max_to_keep`
-    checkpoints are kept; a kill during `save` leaves the previous one the newest.
+    run's env steps continue (and count toward its step budget). `state` names other
+    parts of the run to continue, each with `save() -> JSON-able` and `restore(saved)`
+    (the episode window, the run's clock); a part the checkpoint lacks (an older format)
+    keeps its fresh state. `identity` says what run this is ({"builder": ...,
+    "environment": ...}); a checkpoint of another run is refused on restore. The newest
+    `max_to_keep` checkpoints are kept; a kill during `save` leaves the previous one the
+    newest.
 
     Call `save`, `maybe_save` and `restore_latest` from the thread that steps the
     learner, between steps (see `run_learner`).
@@ -151,6 +246,8 @@ class Checkpointer:
         counter: Counter | None = None,
         every_s: float | None = 600.0,
         max_to_keep: int = 3,
+        state: Mapping[str, Any] | None = None,
+        identity: Mapping[str, Any] | None = None,
     ):
         import tensorflow as tf
 
@@ -166,6 +263,8 @@ class Checkpointer:
         self.every_s = every_s
         self._objects = dict(objects)
         self._counter = counter
+        self._state = dict(state or {})
+        self._identity = dict(identity or {})
         with tf.device("/cpu:0"):  # strings have no GPU kernels
             self._counts = tf.Variable("{}", dtype=tf.string, trainable=False)
         self._checkpoint = tf.train.Checkpoint(**self._objects, **{_COUNTS: self._counts})
@@ -186,8 +285,13 @@ class Checkpointer:
 
     def save(self) -> str:
         """Writes a checkpoint now; returns its path prefix."""
-        if self._counter is not None:
-            self._counts.assign(json.dumps(self._counter.get_counts()))
+        metadata = {
+            "format": CHECKPOINT_FORMAT,
+            "identity": self._identity,
+            "counts": self._counter.get_counts() if self._counter is not None else {},
+            "state": {name: part.save() for name, part in self._state.items()},
+        }
+        self._counts.assign(json.dumps(metadata))
         path = self._manager.save()
         self._last_save = time.monotonic()
         return path
@@ -201,21 +305,39 @@ class Checkpointer:
     def restore_latest(self) -> bool:
         """Restores the newest checkpoint, if there is one; returns whether there was.
 
-        Raises ValueError when the checkpoint does not fit the objects (another agent or
-        network shape), rather than training on a half-restored learner.
+        Raises ValueError (see `restore`) rather than training on a half-restored learner.
         """
         path = self._manager.latest_checkpoint
         if path is None:
             return False
+        self.restore(path)
+        return True
+
+    def restore(self, path: str) -> CheckpointInfo:
+        """Restores the checkpoint at `path` (a prefix, `.../ckpt-7`); returns what it held.
+
+        Raises:
+          ValueError: naming what does not match, when the checkpoint is of a newer
+            format, of another run (`identity`: another agent or environment), or does
+            not fit the objects (another network shape); nothing is restored then.
+        """
+        info = read_checkpoint_info(path)  # the format and identity, before any variable
+        mismatches = identity_mismatches(self._identity, info.identity)
+        if mismatches:
+            raise ValueError(f"The checkpoint {path} is of another run: "
+                             f"{'; '.join(mismatches)}.")
         try:
             self._checkpoint.restore(path).assert_existing_objects_matched()
         except (AssertionError, ValueError) as error:  # unmatched objects, other shapes
             raise ValueError(f"The checkpoint {path} does not fit this learner "
                              f"(another agent or network?): {error}") from error
         if self._counter is not None:
-            self._counter.restore({"counts": json.loads(self._counts.numpy().decode())})
+            self._counter.restore({"counts": info.counts})
+        for name, part in self._state.items():
+            if name in info.state:
+                part.restore(info.state[name])
         self._last_save = time.monotonic()
-        return True
+        return info
 
 
 def run_learner(learner: Any, stop_event: threading.Event,

@@ -82,6 +82,31 @@ class Counter:
             self._counts = counts
 
 
+class RunClock:
+    """A run's wall time across restarts: the time before the last restart (restored from
+    a checkpoint) plus the time since this clock was made.
+
+    A resumed run's time limit and its logged `wall_s` continue from the killed run's
+    last checkpoint. The seconds between that checkpoint and the kill, and those of a
+    restart before the clock is made, are not counted.
+    """
+
+    def __init__(self) -> None:
+        self._start = time.monotonic()
+        self.before_s = 0.0
+
+    def elapsed_s(self) -> float:
+        """Seconds of the run so far, earlier segments included."""
+        return self.before_s + time.monotonic() - self._start
+
+    def save(self) -> dict[str, float]:
+        return {"wall_s": self.elapsed_s()}
+
+    def restore(self, saved: Mapping[str, Any]) -> None:
+        """Counts `saved`'s time as before this clock's start."""
+        self.before_s = float(saved["wall_s"])
+
+
 class RateTracker:
     """Turns a monotonically increasing count into a per-second rate over a time window.
 

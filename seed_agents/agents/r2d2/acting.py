@@ -90,6 +90,15 @@ class R2D2Policy(Policy):
         action = tf.where(explore, random, greedy)
         return tf.cast(action, self._action_dtype), {"q_values": q_values}, next_state
 
+    def export_step(self) -> tuple[Any, tuple[Any, ...]]:
+        epsilon = float(self._epsilons[min(self.num_evaluation_envs, len(self._epsilons) - 1)])
+
+        def step(observation, prev_action, state):
+            batch = tf.shape(observation)[:1]
+            return self._tf_step(observation, prev_action, state, tf.fill(batch, epsilon))
+
+        return step, (self._network, self._rng)
+
     def initial_state(self, batch_size: int) -> Any:
         return zero_state(self.state_spec, batch_size)
 

@@ -54,6 +54,9 @@ class VTracePolicy(Policy):
             action = tf.argmax(logits - tf.math.log(-tf.math.log(uniform)), axis=-1)
         return tf.cast(action, self._action_dtype), {"logits": logits}, next_state
 
+    def export_step(self) -> tuple[Any, tuple[Any, ...]]:
+        return self._tf_step, (self._network, self._rng)
+
     def initial_state(self, batch_size: int) -> Any:
         return zero_state(self.state_spec, batch_size)
 

@@ -1,0 +1,138 @@
+"""The commands a user reaches for after training: `seed-agents eval`, `export` and `plot`.
+
+Each takes a run's logdir (what `seed-agents train` printed); the run's `run.json`
+rebuilds its agent, so no training flag has to be repeated. Errors (no checkpoint, a
+checkpoint of another run, an environment that cannot render, an existing output
+directory) print one line and exit with status 2, having written nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Agents = Mapping[str, tuple[type, type]]
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """--logdir and --checkpoint: which run, and which of its checkpoints."""
+    parser.add_argument("--logdir", required=True, help="the run's directory")
+    parser.add_argument("--checkpoint", default=None,
+                        help="ckpt-N, N or a checkpoint path (default: the newest)")
+
+
+def add_parsers(commands: Any) -> None:
+    """Adds the eval, export and plot subcommands to `seed-agents`' subparsers."""
+    evaluate = commands.add_parser(
+        "eval", help="play greedy episodes of a trained run",
+        description="Restore a run's latest (or a named) checkpoint with its own config, "
+                    "play greedy episodes, print return and length statistics and write "
+                    "them as JSON.")
+    _add_run_arguments(evaluate)
+    evaluate.add_argument("--episodes", type=int, default=10,
+                          help="greedy episodes to play (default: 10)")
+    evaluate.add_argument("--env", default=None,
+                          help="environment id to play in instead of the run's (same "
+                               "observations and actions)")
+    evaluate.add_argument("--seed", type=int, default=None,
+                          help="environment and policy seed (default: the run's seed + "
+                               "999983, as its evaluator plays)")
+    evaluate.add_argument("--video", default=None, metavar="FILE.mp4",
+                          help="record the first episode(s) as MP4 (gym: rgb_array and "
+                               "atari: environments)")
+    evaluate.add_argument("--video-episodes", type=int, default=1,
+                          help="episodes recorded with --video (default: 1)")
+    evaluate.add_argument("--max-steps", type=int, default=None,
+                          help="cut episodes after this many steps (default: the "
+                               "environment's own limit)")
+    evaluate.add_argument("--json", default=None, metavar="FILE",
+                          help="where the results go (default: "
+                               "<logdir>/eval/<checkpoint>-<time>.json)")
+
+    export = commands.add_parser(
+        "export", help="export a trained run's policy as a TensorFlow SavedModel",
+        description="Write the acting policy of a run's latest (or a named) checkpoint as "
+                    "a SavedModel that loads with tf.saved_model.load, without seed-agents: "
+                    "functions greedy_step and sample_step (observation, previous action, "
+                    "recurrent state in; action, extras, state out) and initial_state.")
+    _add_run_arguments(export)
+    export.add_argument("--out", required=True, help="a new (or empty) directory")
+    export.add_argument("--seed", type=int, default=0,
+                        help="where the sampling policy's generator starts (default: 0)")
+    export.add_argument("--onnx", action="store_true",
+                        help="also convert the greedy policy to ONNX (needs the onnx extra: "
+                             "pip install 'seed-agents[onnx]')")
+
+    plot = commands.add_parser(
+        "plot", help="learning curves of one or several runs",
+        description="Plot mean return against env steps and wall time (and greedy "
+                    "evaluation returns where a run has them); runs of the same config "
+                    "are averaged with their spread shaded.")
+    plot.add_argument("runs", nargs="+", metavar="RUN", help="runs' logdirs")
+    plot.add_argument("--out", default="curves.png", help="the PNG to write "
+                                                          "(default: curves.png)")
+    plot.add_argument("--title", default=None, help="the figure's title")
+
+
+def _failing(command: Callable[[argparse.Namespace, Agents], int]) -> Callable[..., int]:
+    def run(args: argparse.Namespace, agents: Agents) -> int:
+        try:
+            return command(args, agents)
+        except ValueError as error:
+            print(f"seed-agents {args.command}: error: {error}", file=sys.stderr)
+            return 2
+
+    return run
+
+
+@_failing
+def run_eval(args: argparse.Namespace, agents: Agents) -> int:
+    from launch.evaluation import default_results_path, evaluate, write_results
+    from launch.restore import load_run
+
+    _quiet_tensorflow()
+    run = load_run(args.logdir, agents, checkpoint=args.checkpoint, environment=args.env)
+    result = evaluate(run, episodes=args.episodes, seed=args.seed, video=args.video,
+                      video_episodes=args.video_episodes, max_steps=args.max_steps,
+                      stream=sys.stdout)
+    path = write_results(result, run, args.json or default_results_path(run))
+    print(result.summary())
+    print(f"results: {path}", flush=True)
+    return 0
+
+
+@_failing
+def run_export(args: argparse.Namespace, agents: Agents) -> int:
+    from launch.export import export_policy
+    from launch.restore import load_run
+
+    _quiet_tensorflow()
+    run = load_run(args.logdir, agents, checkpoint=args.checkpoint)
+    print(export_policy(run, args.out, seed=args.seed, onnx=args.onnx).summary(), flush=True)
+    return 0
+
+
+@_failing
+def run_plot(args: argparse.Namespace, agents: Agents) -> int:
+    from launch.plotting import plot_runs
+
+    drawn = plot_runs(args.runs, args.out, title=args.title)
+    for group in drawn["groups"]:
+        finals = ", ".join(f"{r:.1f}" for r in group["final_mean_return"])
+        print(f"{group['label']}: final mean return {finals}", flush=True)
+    print(f"curves: {drawn['out']}", flush=True)
+    return 0
+
+
+def _quiet_tensorflow() -> None:
+    """Keeps TensorFlow's Python warnings (tf2onnx, SavedModel) off the command's output."""
+    import logging
+
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Agents], int]] = {
+    "eval": run_eval, "export": run_export, "plot": run_plot,
+}

@@ -1,0 +1,211 @@
+"""`seed-agents export`: a trained agent's acting policy as a TensorFlow SavedModel.
+
+The SavedModel needs TensorFlow only (not seed-agents) to load and run:
+
+    policy = tf.saved_model.load("exported")
+    state = policy.initial_state(batch_size)                  # () without memory
+    action, extras, state = policy.greedy_step(observation, prev_action, state)
+    action, extras, state = policy.sample_step(observation, prev_action, state)
+
+`greedy_step` is the agent's evaluation behaviour (`make_policy(evaluation=True)`),
+`sample_step` its behaviour in training (`make_policy(evaluation=False)`, for its first
+training environment: V-trace samples its softmax, R2D2 acts epsilon-greedily); the
+sampling generator starts from `seed` and advances with every call. Inputs carry a batch
+axis: observation [B, *obs], previous action [B, *action] (0 at an episode's first
+step, like the state's initial value), recurrent state a tuple of [B, ...] arrays.
+Shapes and dtypes follow the environment's spec (discrete actions int32 [B]; a
+continuous agent's float32 [B, d]).
+
+The same functions are serving signatures with flat named tensors, for TF Serving and
+other tools: "greedy" and "sample" take observation, prev_action, state_0..state_{k-1}
+and return action, extras_<name>... and next_state_0..next_state_{k-1}; "initial_state"
+(recurrent agents only) takes batch_size and returns state_0...
+`seed_agents_export.json` beside saved_model.pb describes the inputs and outputs and
+what was exported. With `onnx=True` the greedy signature is also
+converted to `policy_greedy.onnx` (tf2onnx; the `onnx` extra): the sampling one draws
+from a TensorFlow random generator, which ONNX has no counterpart for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+from typing import Any
+
+from launch.restore import RestoredRun
+from seed_agents.utils.checkpointing import write_json_atomically
+
+EXPORT_FORMAT = 1
+METADATA_FILE = "seed_agents_export.json"
+ONNX_FILE = "policy_greedy.onnx"
+_ONNX_OPSET = 17
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportResult:
+    directory: str
+    metadata: dict[str, Any]
+    onnx: str | None = None
+
+    def summary(self) -> str:
+        meta = self.metadata
+        lines = [
+            f"exported {meta['checkpoint']} (learner step {meta['learner_step']}) to "
+            f"{self.directory}",
+            f"functions: greedy_step, sample_step, initial_state; signatures: "
+            f"{', '.join(meta['signatures'])}",
+            f"inputs: observation {meta['observation']['shape']} "
+            f"{meta['observation']['dtype']}, prev_action {meta['action']['shape']} "
+            f"{meta['action']['dtype']}, state {[s['shape'] for s in meta['state']]}",
+            "load: policy = tf.saved_model.load(...); "
+            "action, extras, state = policy.greedy_step(observation, prev_action, state)",
+        ]
+        if self.onnx:
+            lines.append(f"onnx (greedy): {self.onnx}")
+        return "\n".join(lines)
+
+
+def _check_out(out: str) -> None:
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise ValueError(f"{out} exists and is not an empty directory: export writes a new "
+                         "one (nothing was overwritten).")
+
+
+def export_policy(run: RestoredRun, out: str | os.PathLike[str], seed: int = 0,
+                  onnx: bool = False) -> ExportResult:
+    """Writes `run`'s acting policy as a SavedModel in the new directory `out`.
+
+    Raises:
+      ValueError: when `out` exists and is not empty (nothing is written), when the
+        agent's policy cannot be exported, or, with `onnx`, when tf2onnx is missing
+        (before anything is written) or fails.
+    """
+    import tensorflow as tf
+    import tree
+
+    from seed_agents.agents.policy_inputs import step_signature
+
+    out = os.fspath(out)
+    _check_out(out)
+    if onnx:
+        _require_tf2onnx()
+    greedy = run.make_policy(evaluation=True, seed=seed)
+    sampling = run.make_policy(evaluation=False, seed=seed)
+    try:
+        greedy_step, greedy_objects = greedy.export_step()
+        sample_step, sample_objects = sampling.export_step()
+    except NotImplementedError as error:
+        raise ValueError(f"{run.record.builder}'s policy cannot be exported: {error}") \
+            from error
+    observation, prev_action, state = step_signature(run.spec, greedy.state_spec)
+    flat_state = tree.flatten(state)
+
+    module = tf.Module()
+    module.carried = [*greedy_objects, *sample_objects]  # tracked: saved with the model
+    signature = [observation, prev_action, state]
+    module.greedy_step = tf.function(greedy_step, input_signature=signature)
+    module.sample_step = tf.function(sample_step, input_signature=signature)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int32, name="batch_size")])
+    def initial_state(batch_size):
+        return tree.map_structure(
+            lambda s: tf.zeros(tf.concat([[batch_size], s.shape[1:]], 0), s.dtype), state)
+
+    module.initial_state = initial_state
+    named = [tf.TensorSpec(observation.shape, observation.dtype, name="observation"),
+             tf.TensorSpec(prev_action.shape, prev_action.dtype, name="prev_action"),
+             *[tf.TensorSpec(s.shape, s.dtype, name=f"state_{i}")
+               for i, s in enumerate(flat_state)]]
+    signatures = {"greedy": _serving(greedy_step, state, named),
+                  "sample": _serving(sample_step, state, named)}
+    if flat_state:
+        signatures["initial_state"] = tf.function(
+            lambda batch_size: {f"state_{i}": t for i, t in
+                                enumerate(tree.flatten(initial_state(batch_size)))},
+            input_signature=[tf.TensorSpec([], tf.int32, name="batch_size")])
+    os.makedirs(out, exist_ok=True)
+    tf.saved_model.save(module, out, signatures=signatures)
+    onnx_path = None
+    if onnx:
+        onnx_path = os.path.join(out, ONNX_FILE)
+        _convert_to_onnx(signatures["greedy"], named, onnx_path)
+    metadata = _metadata(run, greedy, signatures, seed, onnx_path)
+    write_json_atomically(os.path.join(out, METADATA_FILE), metadata)
+    return ExportResult(out, metadata, onnx_path)
+
+
+def _serving(step: Any, state: Any, named: list[Any]) -> Any:
+    """`step` as a signature function of flat named tensors, returning a flat dict."""
+    import tensorflow as tf
+    import tree
+
+    @tf.function(input_signature=named)
+    def serve(observation, prev_action, *flat_state):
+        action, extras, next_state = step(observation, prev_action,
+                                          tree.unflatten_as(state, list(flat_state)))
+        outputs = {"action": action}
+        outputs.update({f"extras_{key}": value for key, value in extras.items()})
+        outputs.update({f"next_state_{i}": t for i, t in enumerate(tree.flatten(next_state))})
+        return outputs
+
+    return serve
+
+
+def _require_tf2onnx() -> None:
+    try:
+        import tf2onnx  # noqa: F401
+    except ImportError as error:
+        raise ValueError("--onnx needs tf2onnx: pip install 'seed-agents[onnx]' "
+                         f"({error}).") from error
+
+
+def _convert_to_onnx(function: Any, named: list[Any], path: str) -> None:
+    import tf2onnx
+
+    try:
+        tf2onnx.convert.from_function(function, input_signature=named, opset=_ONNX_OPSET,
+                                      output_path=path)
+    except Exception as error:  # noqa: BLE001 - tf2onnx raises many kinds; say which
+        raise ValueError(f"tf2onnx could not convert the greedy policy: {error!r}") from error
+
+
+def _array(spec: Any) -> dict[str, Any]:
+    import numpy as np
+
+    described: dict[str, Any] = {"shape": ["B", *spec.shape], "dtype": np.dtype(spec.dtype).name}
+    if hasattr(spec, "num_values"):
+        described["num_values"] = int(spec.num_values)
+    elif hasattr(spec, "minimum"):
+        described["minimum"] = np.asarray(spec.minimum).tolist()
+        described["maximum"] = np.asarray(spec.maximum).tolist()
+    return described
+
+
+def _metadata(run: RestoredRun, policy: Any, signatures: dict[str, Any], seed: int,
+              onnx_path: str | None) -> dict[str, Any]:
+    import tree
+
+    return {
+        "format": EXPORT_FORMAT,
+        "exported_at": datetime.datetime.now().isoformat(timespec="seconds"),
+        "logdir": run.logdir,
+        "builder": run.record.builder,
+        "config": run.record.config,
+        "environment": run.environment,
+        "checkpoint": run.checkpoint.path,
+        "learner_step": run.checkpoint.step,
+        "env_steps": run.checkpoint.counts.get("env_steps"),
+        "observation": _array(run.spec.observations),
+        "action": _array(run.spec.actions),
+        "state": [_array(s) for s in tree.flatten(policy.state_spec)],
+        "extras": {k: _array(s) for k, s in policy.extras_spec.items()},
+        "functions": {
+            "greedy_step": "(observation, prev_action, state) -> (action, extras, state)",
+            "sample_step": "(observation, prev_action, state) -> (action, extras, state)",
+            "initial_state": "(batch_size) -> state",
+        },
+        "signatures": sorted(signatures),
+        "sample_seed": seed,
+        "onnx": os.path.basename(onnx_path) if onnx_path else None,
+    }
