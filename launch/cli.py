@@ -22,6 +22,11 @@ from launch.ray_backend import run_ray  # noqa: E402 - imports Ray only when run
 from seed_agents.agents.r2d2.config import R2D2Config  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
 from seed_agents.agents.vtrace.presets import ATARI_CPU  # noqa: E402
+from seed_agents.inference.security import (  # noqa: E402
+    DEFAULT_TLS_SERVER_NAME,
+    TLSConfig,
+    read_token_file,
+)
 from seed_agents.utils.overrides import parse_overrides  # noqa: E402
 
 AGENTS: dict[str, tuple[type, type]] = {
@@ -76,6 +81,21 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--inference-address", default="127.0.0.1:0",
                        help="where the gRPC inference service listens (host:port or "
                             "unix:/path; default: 127.0.0.1 on a free port)")
+    train.add_argument("--inference-token-file", default=None,
+                       help="file holding the token runners must present to the gRPC "
+                            "inference service (default: a fresh random token per run, "
+                            "handed to the runners by the backend)")
+    train.add_argument("--tls-cert", default=None,
+                       help="PEM certificate of the inference service: serve it over TLS "
+                            "(for runners on other hosts; needs --tls-key)")
+    train.add_argument("--tls-key", default=None,
+                       help="PEM private key of --tls-cert (read on the learner's machine)")
+    train.add_argument("--tls-ca", default=None,
+                       help="PEM certificate that signed --tls-cert, which runners trust "
+                            "(default: trust --tls-cert itself)")
+    train.add_argument("--tls-server-name", default=DEFAULT_TLS_SERVER_NAME,
+                       help="name runners expect in the certificate's subjectAltName, "
+                            "whatever IP they dial (default: %(default)s)")
     train.add_argument("--inference-max-wait-ms", type=float, default=2.0,
                        help="longest a runner's request waits for others to join its "
                             "inference batch (default: 2; pixel envs batch better at ~20)")
@@ -135,6 +155,12 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         overrides = [*presets[args.preset], *overrides]
     config = parse_overrides(config_type, overrides)
     builder: AgentBuilder = builder_type(config)
+    security = {}  # without a token file, the Experiment makes a fresh random token
+    if args.inference_token_file:
+        security["inference_token"] = read_token_file(args.inference_token_file)
+    if args.tls_cert or args.tls_key or args.tls_ca:
+        security["tls"] = TLSConfig(args.tls_cert, args.tls_key, args.tls_ca,
+                                    args.tls_server_name or None)
     return Experiment(
         builder=builder,
         environment=args.env,
@@ -154,6 +180,7 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         learner_gpus=args.learner_gpus,
         checkpoint_every_s=args.checkpoint_every_s or None,
         resume=args.resume,
+        **security,
     )
 
 

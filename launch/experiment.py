@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from seed_agents.envs.registry import EnvironmentFactory
+from seed_agents.inference.security import TLSConfig, make_token
 from seed_agents.utils.checkpointing import check_resume
 
 if TYPE_CHECKING:  # builders import TensorFlow; runner processes import this module
@@ -53,6 +54,13 @@ class Experiment:
         counts (its env steps count toward `max_env_steps`) and the replay are restored,
         CSV logs are appended to. Without it, a logdir that holds checkpoints is refused
         (see `check_checkpoints`), so an earlier run is never overwritten.
+      inference_token: the shared secret of the run's gRPC inference service: every
+        backend gives it to the service and to the runners, and the service refuses
+        streams without it. A fresh random token per `Experiment` unless given (e.g.
+        from `--inference-token-file`); None turns the check off (loopback only).
+        Left out of the repr, so that it never reaches a log.
+      tls: TLS for the inference service (certificate and key for the learner, the CA for
+        the runners), or None: plain TCP, fine on one machine or a private network.
     """
 
     builder: AgentBuilder
@@ -74,6 +82,8 @@ class Experiment:
     learner_gpus: float = 0.0
     checkpoint_every_s: float | None = 600.0
     resume: bool = False
+    inference_token: str | None = dataclasses.field(default_factory=make_token, repr=False)
+    tls: TLSConfig | None = None
 
     def __post_init__(self):
         if self.num_runners < 1:
@@ -101,6 +111,11 @@ class Experiment:
                              f"got {self.checkpoint_every_s}.")
         if self.resume and not self.logdir:
             raise ValueError("resume=True continues the run in logdir: pass its logdir.")
+        if self.inference_token is not None and not self.inference_token.strip():
+            raise ValueError("inference_token is empty: pass a token, or None for no check.")
+        if self.tls is not None and not (self.tls.cert and self.tls.key):
+            raise ValueError("tls needs the service's certificate and key (--tls-cert and "
+                             "--tls-key); runners trust --tls-ca, or the certificate itself.")
 
     @property
     def num_envs(self) -> int:

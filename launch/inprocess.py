@@ -39,11 +39,16 @@ from launch.limiter import (
     rates_every_s,
     start_program_rates,
 )
-from launch.nodes import learner_checkpointer, make_learner_logger, start_replay
+from launch.nodes import (
+    inference_service,
+    learner_checkpointer,
+    make_learner_logger,
+    runner_credentials,
+    start_replay,
+)
 from seed_agents.environment_loop import EnvironmentLoop
 from seed_agents.envs.registry import environment_factory
 from seed_agents.inference.batcher import BatcherClosedError
-from seed_agents.inference.grpc_service import InferenceService
 from seed_agents.inference.runner import EnvRunner, runner_reporter
 from seed_agents.inference.runner_process import run_runner_until_signalled
 from seed_agents.inference.server import EpisodeStats, InferenceConfig
@@ -144,8 +149,8 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
             cleanup.callback(inference.close)
         cleanup.callback(_join_all, threads, exclude=learner_thread)
         if experiment.transport == "grpc":
-            service = InferenceService(inference, spec, address=experiment.inference_address,
-                                       max_runners=experiment.num_runners)
+            service = inference_service(experiment, inference, spec,
+                                        experiment.inference_address)
             address = service.start()
             cleanup.callback(service.stop)
             processes = _start_runner_processes(experiment, address)
@@ -227,7 +232,9 @@ def _start_runner_processes(
             kwargs=dict(address=address, environment=experiment.environment,
                         num_envs=experiment.envs_per_runner, seed=experiment.runner_seed(i),
                         runner_id=f"runner-{i}", logdir=experiment.logdir,
-                        log_every_s=rates_every_s(experiment)),
+                        log_every_s=rates_every_s(experiment),
+                        # Pickled to the child through a pipe: not on any command line.
+                        **runner_credentials(experiment)),
             name=f"runner-{i}",
             daemon=True,
         )

@@ -7,6 +7,7 @@ need them: a runner node imports neither.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -31,7 +32,7 @@ def make_program(experiment: Experiment) -> Program:
         nodes.append(Node(
             f"runner-{i}", "runner", runner_node,
             {"environment": experiment.environment, "num_envs": experiment.envs_per_runner,
-             "seed": experiment.runner_seed(i)},
+             "seed": experiment.runner_seed(i), **runner_credentials(experiment)},
             needs=("inference",), restartable=True,
         ))
     if experiment.evaluate_every_s is not None:
@@ -80,6 +81,34 @@ def start_replay(experiment: Experiment, tables: list[Any]) -> tuple[Any, Any]:
             server.localhost_client(), checkpointing.replay_metadata_path(experiment.logdir),
             experiment.checkpoint_every_s)
     return server, saver
+
+
+def inference_service(experiment: Experiment, inference: Any, spec: Any, address: str) -> Any:
+    """The run's gRPC `InferenceService` over `inference`, with the run's token and TLS.
+
+    A restarted runner reconnects under its node name, which frees its predecessor's
+    slots (see `InferenceServer.connect`) and ends the old stream, but the new stream can
+    open before the old one is cleaned up: twice the runners' streams. A stream may carry
+    `envs_per_runner` environments, which bounds the largest message the service accepts.
+    Shared by the in-process backend and `learner_node`.
+    """
+    from seed_agents.inference.grpc_service import InferenceService
+
+    tls = experiment.tls
+    return InferenceService(
+        inference, spec, address=address, max_streams=2 * experiment.num_runners,
+        auth_token=experiment.inference_token,
+        server_credentials=tls.server_credentials() if tls is not None else None,
+        max_envs_per_stream=experiment.envs_per_runner,
+    )
+
+
+def runner_credentials(experiment: Experiment) -> dict[str, Any]:
+    """What a runner needs to be let in: the run's token, and TLS to trust (no key)."""
+    tls = experiment.tls
+    if tls is not None:
+        tls = dataclasses.replace(tls, key=None)  # the private key stays with the learner
+    return {"auth_token": experiment.inference_token, "tls": tls}
 
 
 def learner_checkpointer(experiment: Experiment, learner: Any, counter: Any,
@@ -148,7 +177,6 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
     configure_tf_threads()
     from launch.control import ControlService
     from launch.limiter import program_figures, program_status, start_program_rates
-    from seed_agents.inference.grpc_service import InferenceService
     from seed_agents.inference.server import EpisodeStats, InferenceConfig
     from seed_agents.utils.checkpointing import replay_items, run_learner
     from seed_agents.utils.counting import Counter
@@ -168,14 +196,12 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
     checkpointer = learner_checkpointer(experiment, learner, counter, items)
     adder = builder.make_adder(client, experiment.num_envs, spec, policy, context.stop_event)
     # A restarted runner reconnects under its node name, which frees its predecessor's
-    # slots (see `InferenceServer.connect`), so the slots are exactly the program's. Its
-    # new stream can open before gRPC notices the old one is gone: twice the streams.
+    # slots (see `InferenceServer.connect`), so the slots are exactly the program's.
     config = InferenceConfig(max_envs=experiment.num_envs,
                              max_batch_size=experiment.num_envs,
                              max_wait_ms=experiment.inference_max_wait_ms)
     inference = builder.make_inference_server(policy, spec, adder, config, counter, stats)
-    service = InferenceService(inference, spec, address=f"{context.bind_host}:0",
-                               max_runners=2 * experiment.num_runners)
+    service = inference_service(experiment, inference, spec, f"{context.bind_host}:0")
 
     # The rates row of the whole program is measured here, where its parts live (the
     # counter, the inference server and a client of the replay); a client of its own,
@@ -208,12 +234,14 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
             learner_logger.close()
 
 
-def runner_node(context: NodeContext, environment: Any, num_envs: int, seed: int) -> None:
+def runner_node(context: NodeContext, environment: Any, num_envs: int, seed: int,
+                auth_token: str | None = None, tls: Any = None) -> None:
     """Environment runners streaming to the learner's inference service."""
     from seed_agents.inference.runner_process import run_runner
 
     run_runner(context.handles["inference"].dereference(), environment, num_envs, seed=seed,
-               runner_id=context.name, stop_event=context.stop_event, logdir=context.logdir)
+               runner_id=context.name, stop_event=context.stop_event, logdir=context.logdir,
+               auth_token=auth_token, tls=tls)
 
 
 def evaluator_node(context: NodeContext, experiment: Experiment) -> None:
