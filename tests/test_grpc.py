@@ -29,7 +29,6 @@ from seed_agents.inference import wire
 from seed_agents.inference.grpc_client import (
     METHOD_NAME,
     SERVICE_NAME,
-    STREAM_METHOD,
     RemoteInference,
     bearer,
 )
@@ -39,6 +38,8 @@ from seed_agents.inference.runner import EnvRunner
 from seed_agents.inference.runner_process import InferenceRejectedError, RemoteRunner
 from seed_agents.replay import unrolls as u
 from tests.test_inference_server import SPEC, Setup, T
+from tests.test_service_defects import one_shot as raw_stream
+from tests.test_service_defects import wait_for
 
 ENV = "fake:obs=2,len=7"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,26 +65,6 @@ def step_batch(k=2, step_type=FIRST, shape=(2,), dtype=np.float32, seed=0) -> St
 
 def step_bytes(**kwargs) -> bytes:
     return wire.encode_step_batch(step_batch(**kwargs))
-
-
-def raw_stream(channel: grpc.Channel, messages, metadata=None):
-    """Sends `messages`, half-closes, reads to the end: (replies, code, details)."""
-    call = channel.stream_stream(STREAM_METHOD)(iter(messages), metadata=metadata, timeout=10)
-    replies = []
-    try:
-        for reply in call:
-            replies.append(reply)
-    except grpc.RpcError as error:
-        return replies, error.code(), error.details()
-    return replies, grpc.StatusCode.OK, ""
-
-
-def wait_for(condition, timeout_s=10.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def check_layout(items, num_actions=2):

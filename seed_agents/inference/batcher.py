@@ -133,7 +133,13 @@ class DynamicBatcher:
                 self._recent.move_to_end(caller)
             # The worker needs waking only to start a batch's clock or to close it early;
             # otherwise its timed wait ends the batch. One wake-up per batch, not per caller.
-            if len(self._pending) == 1 or self._closes_early():
+            # Callers gone idle are expired by the worker, not here: a stale count only
+            # delays an early close to the worker's own next check.
+            pending = len(self._pending)
+            if (pending == 1 or self._pending_size >= self._max_batch_size
+                    or (self._active_window_s is not None and pending >= len(self._recent))
+                    or (self._expected_requests is not None
+                        and pending >= self._expected_requests())):
                 self._cond.notify()
 
     def stats(self) -> dict[str, Any]:
@@ -188,9 +194,13 @@ class DynamicBatcher:
             # same chance as the first ones to be joined by the rest).
             deadline = time.monotonic() + self._max_wait_s
             while not self._closed and not self._closes_early():
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                remaining = deadline - now
                 if remaining <= 0:
                     break
+                if self._recent:  # Wake when the longest-silent caller stops counting.
+                    expiry = next(iter(self._recent.values())) + self._active_window_s
+                    remaining = min(remaining, max(expiry - now, 0.0) + 1e-4)
                 self._cond.wait(remaining)
             batch = [self._pending.popleft()]
             size = batch[0].size

@@ -210,17 +210,25 @@ class InferenceServer:
         client = self._checked_client(client_id, batch)
         return self._batcher.submit((client, batch), size=len(client.slots), caller=client)
 
-    def submit(self, client_id: str, batch: StepBatch, callback: Callback) -> None:
+    def submit(self, client_id: str, batch: StepBatch, callback: Callback,
+               validated: bool = False) -> None:
         """`step` without blocking: `callback(actions, error)` runs on the batcher thread
-        (see `DynamicBatcher.submit_nowait`). Raises as `step` does before queueing."""
-        client = self._checked_client(client_id, batch)
+        (see `DynamicBatcher.submit_nowait`). Raises as `step` does before queueing;
+        `validated` skips the checks of `batch` against the spec that the caller already
+        made (the wire decoder makes them all)."""
+        client = self._checked_client(client_id, batch, validated)
         self._batcher.submit_nowait((client, batch), len(client.slots), callback, client)
 
-    def _checked_client(self, client_id: str, batch: StepBatch) -> _Client:
+    def _checked_client(self, client_id: str, batch: StepBatch,
+                        validated: bool = False) -> _Client:
         client = self._clients.get(client_id)
         if client is None:
             raise ValueError(f"Unknown client {client_id!r}: connect first.")
-        self._validate(batch, len(client.slots))
+        if not validated:
+            self._validate(batch, len(client.slots))
+        elif len(batch.step_type) != len(client.slots):
+            raise ValueError(f"batch has {len(batch.step_type)} environments, client "
+                             f"{client_id!r} has {len(client.slots)}.")
         return client
 
     def _validate(self, batch: StepBatch, num_envs: int) -> None:

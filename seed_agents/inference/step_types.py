@@ -26,12 +26,12 @@ _NAMES = {int(FIRST): "FIRST", int(MID): "MID", int(LAST): "LAST"}
 _FOLLOWS = {int(FIRST): "LAST (or the start of the stream)", int(MID): "FIRST or MID",
             int(LAST): "FIRST or MID"}
 
-# _ALLOWED[previous, current]: whether `current` may follow `previous` in one slot.
-_ALLOWED = np.zeros((4, 3), bool)
-_ALLOWED[[LAST, _START], FIRST] = True
-_ALLOWED[[FIRST, MID], MID] = True
-_ALLOWED[[FIRST, MID], LAST] = True
-_ALLOWED.flags.writeable = False
+# FIRST and MID allow the same successors, as do LAST and the start: a slot is either in
+# an episode (its next step is MID or LAST) or between episodes (its next step is FIRST).
+# So a batch is in order exactly when its FIRSTs are where a FIRST is due, and the check
+# is two byte translations and a comparison (bytes.translate runs in C).
+_FIRST_DUE = bytes.maketrans(bytes([FIRST, MID, LAST, _START]), bytes([0, 0, 1, 1]))
+_IS_FIRST = bytes.maketrans(bytes([FIRST, MID, LAST]), bytes([1, 0, 0]))
 
 
 class StepOrderError(ValueError):
@@ -44,24 +44,32 @@ class StepTypeTracker:
     def __init__(self, num_envs: int):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
-        self._last = np.full(num_envs, _START, np.uint8)
+        self._last = bytes([_START]) * num_envs
+        self._first_due = self._last.translate(_FIRST_DUE)
 
     def check(self, step_type: np.ndarray) -> None:
-        """Accepts the batch's step types (uint8 [K], each 0, 1 or 2) or raises
-        `StepOrderError` naming the first environment out of order; only an accepted
-        batch advances the state."""
-        allowed = _ALLOWED[self._last, step_type]
-        if not allowed.all():
-            i = int(np.argmin(allowed))
-            previous, current = int(self._last[i]), int(step_type[i])
-            if previous == _START:
-                raise StepOrderError(
-                    f"environment {i}: the first step batch of a stream must have every "
-                    f"step_type FIRST (a new stream has no episode in progress), got "
-                    f"{_NAMES[current]}"
-                )
+        """Accepts the batch's step types (uint8 [K], each 0, 1 or 2, as the wire
+        decoder guarantees) or raises `StepOrderError` naming the first environment out
+        of order; only an accepted batch advances the state."""
+        current = step_type.tobytes()
+        if current.translate(_IS_FIRST) != self._first_due:
+            self._raise(current)
+        self._last = current
+        self._first_due = current.translate(_FIRST_DUE)
+
+    def _raise(self, current: bytes) -> None:
+        if len(current) != len(self._last):
+            raise ValueError(f"expected {len(self._last)} step types, got {len(current)}")
+        i = next(i for i, (a, b) in enumerate(zip(current.translate(_IS_FIRST),
+                                                  self._first_due, strict=True)) if a != b)
+        previous, now = self._last[i], current[i]
+        if previous == _START:
             raise StepOrderError(
-                f"environment {i}: step_type {_NAMES[current]} after {_NAMES[previous]} "
-                f"({_NAMES[current]} must follow {_FOLLOWS[current]})"
+                f"environment {i}: the first step batch of a stream must have every "
+                f"step_type FIRST (a new stream has no episode in progress), got "
+                f"{_NAMES.get(now, now)}"
             )
-        self._last[:] = step_type
+        raise StepOrderError(
+            f"environment {i}: step_type {_NAMES.get(now, now)} after {_NAMES[previous]} "
+            f"({_NAMES.get(now, now)} must follow {_FOLLOWS.get(now, 'nothing')})"
+        )

@@ -55,7 +55,7 @@ import functools
 import math
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -306,13 +306,7 @@ def _read_array_header(
 
 
 def _all_finite(values: np.ndarray) -> bool:
-    """Whether every value is finite, without a temporary array in the usual case.
-
-    The float64 sum of float16/float32 values cannot overflow, and it is finite exactly
-    when every term is (NaN and inf propagate). float64 values are checked one by one.
-    """
-    if values.dtype.itemsize < 8:
-        return math.isfinite(values.sum(dtype=np.float64))
+    """Whether every value is finite (NaN and +-inf are not)."""
     return bool(np.isfinite(values).all())
 
 
@@ -500,29 +494,15 @@ def decode_step_batch(
     are the receiver's expectations (from the spec and the runner's HELLO); a bad one
     is the caller's bug and raises a plain ValueError.
     """
-    if num_envs < 1:
-        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    expected = _wire_dtype(observation_dtype)
-    if expected is None:
-        raise ValueError(f"observation dtype {np.dtype(observation_dtype)} is not supported")
-    expected_shape = tuple(int(d) for d in observation_shape)
-
+    layout = _batch_layout(num_envs, tuple(observation_shape), np.dtype(observation_dtype))
     buf = _buffer(data)
-    n, k, code, dtype, dims, _ = _read_array_header(buf, MessageKind.STEP_BATCH, "observation")
-    scalars_at, obs_at = _batch_offsets(k, len(dims))
-    obs_size = k * math.prod(dims)
-    total = obs_at + obs_size * dtype.itemsize
-    _check_claim(total, max_message_bytes)
-    if k != num_envs:
-        raise WireError(f"batch has {k} environments, expected {num_envs}")
-    if code != expected[0]:
-        raise WireError(
-            f"observation dtype {dtype.name} does not match the spec's {expected[1].name}"
-        )
-    if dims != expected_shape:
-        raise WireError(f"observation shape {dims} does not match the spec's {expected_shape}")
-    _check_length(n, total)
-    padding_at = scalars_at + 9 * k
+    # The usual case costs one comparison: every header field (magic, version, kind, K,
+    # dtype, shape) is what the receiver expects, byte for byte, and so is the length.
+    # Anything else takes the slow path, which names the first field that is wrong.
+    header, k, dims, code, dtype, scalars_at, padding_at, obs_at, total = layout
+    if len(buf) != total or buf[: len(header)] != header or total > max_message_bytes:
+        _raise_header_error(buf, num_envs, observation_shape, observation_dtype,
+                            max_message_bytes)
     if buf[padding_at:obs_at] != _PADDING[: obs_at - padding_at]:
         raise WireError("padding before the observation is not zero")
 
@@ -539,7 +519,7 @@ def decode_step_batch(
     lo, hi = _scalar_bounds(k)
     if not ((scalars >= lo) & (scalars <= hi)).all():
         _raise_scalar_error(scalars[:k], scalars[k:])
-    observation = np.frombuffer(buf, dtype, obs_size, obs_at).reshape(k, *dims)
+    observation = np.frombuffer(buf, dtype, k * math.prod(dims), obs_at).reshape(k, *dims)
     if code == _BOOL_CODE and observation.view(_U8).max(initial=0) > 1:
         # Any byte other than 0/1 in a numpy bool array gives inconsistent results.
         raise WireError("bool observation holds a byte other than 0 or 1")
@@ -554,6 +534,56 @@ def decode_step_batch(
         discount=scalars[k:],
         step_type=np.frombuffer(buf, _U8, k, st_at),
     )
+
+
+class _BatchLayout(NamedTuple):
+    header: bytes  # Every byte before reward, as a valid batch has them.
+    num_envs: int
+    shape: tuple[int, ...]
+    code: int
+    dtype: np.dtype
+    scalars_at: int
+    padding_at: int
+    obs_at: int
+    total: int
+
+
+@functools.lru_cache(maxsize=256)
+def _batch_layout(num_envs: int, shape: tuple[int, ...], dtype: np.dtype) -> _BatchLayout:
+    """What a valid STEP_BATCH with these expectations looks like."""
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    wire = _wire_dtype(dtype)
+    if wire is None:
+        raise ValueError(f"observation dtype {dtype} is not supported")
+    shape = _check_shape(shape, "observation shape")
+    header = (_header(MessageKind.STEP_BATCH) + _BATCH_FIXED.pack(num_envs, wire[0], len(shape), 0)
+              + _DIMS[len(shape)].pack(*shape))
+    scalars_at, obs_at = _batch_offsets(num_envs, len(shape))
+    total = obs_at + num_envs * math.prod(shape) * wire[1].itemsize
+    return _BatchLayout(header, num_envs, shape, wire[0], wire[1], scalars_at,
+                        scalars_at + 9 * num_envs, obs_at, total)
+
+
+def _raise_header_error(buf, num_envs, observation_shape, observation_dtype,
+                        max_message_bytes) -> None:
+    """Names what makes `buf`'s header or length differ from `layout`; always raises."""
+    expected = _wire_dtype(observation_dtype)
+    expected_shape = tuple(int(d) for d in observation_shape)
+    n, k, code, dtype, dims, _ = _read_array_header(buf, MessageKind.STEP_BATCH, "observation")
+    _, obs_at = _batch_offsets(k, len(dims))
+    total = obs_at + k * math.prod(dims) * dtype.itemsize
+    _check_claim(total, max_message_bytes)
+    if k != num_envs:
+        raise WireError(f"batch has {k} environments, expected {num_envs}")
+    if code != expected[0]:
+        raise WireError(
+            f"observation dtype {dtype.name} does not match the spec's {expected[1].name}"
+        )
+    if dims != expected_shape:
+        raise WireError(f"observation shape {dims} does not match the spec's {expected_shape}")
+    _check_length(n, total)
+    raise WireError("malformed step batch header")  # Not reached: a field differed.
 
 
 @functools.lru_cache(maxsize=64)
@@ -583,6 +613,9 @@ def encode_actions(actions: np.ndarray) -> bytes:
     """Encodes one action per environment: integers as int32 [K] (discrete), floats as
     float32 [K, *action_shape] (continuous, all finite); raises ValueError otherwise."""
     actions = np.asarray(actions)
+    if actions.dtype == _I32 and actions.ndim == 1 and actions.shape[0]:
+        # The usual discrete answer, already int32 [K]: nothing to check or convert.
+        return b"".join([_actions_prefix(actions.shape[0], _I32_CODE, ()), actions])
     if actions.ndim < 1 or actions.shape[0] < 1:
         raise ValueError(f"actions must be [K>=1, ...], got shape {actions.shape}")
     k = actions.shape[0]
@@ -608,8 +641,14 @@ def encode_actions(actions: np.ndarray) -> bytes:
     data = np.ascontiguousarray(actions, dtype=dtype)
     if _BATCH_PREFIX + 4 * len(shape) + data.nbytes > MAX_MESSAGE_BYTES:
         raise ValueError(f"{k} actions of shape {shape} exceed the message limit")
-    prefix = _header(MessageKind.ACTIONS) + _BATCH_FIXED.pack(k, code, len(shape), 0)
-    return b"".join([prefix, _DIMS[len(shape)].pack(*shape), data])
+    return b"".join([_actions_prefix(k, code, shape), data])
+
+
+@functools.lru_cache(maxsize=256)
+def _actions_prefix(k: int, code: int, shape: tuple[int, ...]) -> bytes:
+    """Everything before the values of an ACTIONS message."""
+    return (_header(MessageKind.ACTIONS) + _BATCH_FIXED.pack(k, code, len(shape), 0)
+            + _DIMS[len(shape)].pack(*shape))
 
 
 def decode_actions(
