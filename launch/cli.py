@@ -104,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "ray://host:10001); default: start a local Ray for this run")
     train.add_argument("--learner-gpus", type=float, default=0.0,
                        help="GPUs a cluster backend (ray) reserves for the learner (default: 0)")
+    train.add_argument("--replay-port", type=int, default=0,
+                       help="the Reverb server's port (default: a free one); pin it to "
+                            "name it in a network policy")
+    train.add_argument("--learner-resource", default=None, metavar="NAME",
+                       help="ray backend: a custom Ray resource the replay and learner nodes "
+                            "each take one of, pinning both to the machine (pod) offering it")
     train.add_argument("--runners", type=int, default=4, help="environment runners")
     train.add_argument("--envs-per-runner", type=int, default=16,
                        help="environments each runner steps in lockstep")
@@ -178,6 +184,8 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         logdir=args.logdir or f"runs/{args.agent}-{time.strftime('%Y%m%d-%H%M%S')}",
         evaluate_every_s=args.evaluate_every_s or None,
         learner_gpus=args.learner_gpus,
+        replay_port=args.replay_port,
+        learner_resource=args.learner_resource,
         checkpoint_every_s=args.checkpoint_every_s or None,
         resume=args.resume,
         **security,

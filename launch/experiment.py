@@ -61,6 +61,10 @@ class Experiment:
         Left out of the repr, so that it never reaches a log.
       tls: TLS for the inference service (certificate and key for the learner, the CA for
         the runners), or None: plain TCP, fine on one machine or a private network.
+      replay_port: the Reverb server's port; 0 picks a free one. Pin it to name it in a
+        firewall rule or network policy: Reverb listens on every interface.
+      learner_resource: a custom Ray resource the replay and learner nodes each take one
+        unit of, so that they run on the machine (pod) that offers it, and nowhere else.
     """
 
     builder: AgentBuilder
@@ -84,6 +88,8 @@ class Experiment:
     resume: bool = False
     inference_token: str | None = dataclasses.field(default_factory=make_token, repr=False)
     tls: TLSConfig | None = None
+    replay_port: int = 0
+    learner_resource: str | None = None
 
     def __post_init__(self):
         if self.num_runners < 1:
@@ -111,6 +117,8 @@ class Experiment:
                              f"got {self.checkpoint_every_s}.")
         if self.resume and not self.logdir:
             raise ValueError("resume=True continues the run in logdir: pass its logdir.")
+        if not 0 <= self.replay_port < 65536:
+            raise ValueError(f"replay_port must be in [0, 65536), got {self.replay_port}.")
         if self.inference_token is not None and not self.inference_token.strip():
             raise ValueError("inference_token is empty: pass a token, or None for no check.")
         if self.tls is not None and not (self.tls.cert and self.tls.key):

@@ -21,12 +21,16 @@ log = logging.getLogger(__name__)
 
 def make_program(experiment: Experiment) -> Program:
     """replay -> learner (+ inference and control services) -> runners -> evaluator."""
+    # With a learner resource, replay and learner share the machine that offers it: a
+    # network policy can then keep Reverb (which listens on every interface) to that one
+    # machine (examples/deploy/networkpolicy.yaml).
+    pinned = {experiment.learner_resource: 1.0} if experiment.learner_resource else {}
     nodes = [
         Node("replay", "replay", replay_node, {"experiment": experiment},
-             publishes=("replay",)),
+             publishes=("replay",), resources=pinned),
         Node("learner", "learner", learner_node, {"experiment": experiment},
              publishes=("inference", "control"), needs=("replay",),
-             num_gpus=experiment.learner_gpus),
+             num_gpus=experiment.learner_gpus, resources=pinned),
     ]
     for i in range(experiment.num_runners):
         nodes.append(Node(
@@ -74,7 +78,8 @@ def start_replay(experiment: Experiment, tables: list[Any]) -> tuple[Any, Any]:
         checkpointer = reverb.checkpointers.DefaultCheckpointer(
             checkpointing.replay_directory(experiment.logdir))
     # Without a checkpointer of ours Reverb makes a temporary directory for its own.
-    server = reverb.Server(tables, port=None, checkpointer=checkpointer)
+    server = reverb.Server(tables, port=experiment.replay_port or None,
+                           checkpointer=checkpointer)
     saver = None
     if keep and experiment.checkpointing:
         saver = checkpointing.ReplayCheckpointer(
