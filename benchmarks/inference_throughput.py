@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import sys
 import threading
@@ -31,16 +30,11 @@ import time
 
 import numpy as np
 
+from seed_agents.utils.phases import run_in_window, wait_for_window
+
 MLP_ENV = "fake:obs=4,actions=2,len=200"
 CNN_ENV = "fake:obs=84x84x4,dtype=uint8,actions=6,len=200"
-_READY_TIMEOUT_S = 600.0  # spawning, importing TensorFlow, tracing: on a loaded machine
 _TOKEN = "inference-throughput"  # the service checks it, as every launcher's does
-
-
-def _wait_for_window(ready, windows) -> tuple[float, float]:
-    """Reports this process ready and returns the common (start, end) window."""
-    ready.put(os.getpid())
-    return windows.get()
 
 
 def _central_runner(address, env_id, k, seed, ready, windows, results):
@@ -63,7 +57,7 @@ def _central_runner(address, env_id, k, seed, ready, windows, results):
             actions = remote(batch)
             t1 = time.monotonic()
             if window is None:  # served once: admitted and traced, so ready
-                window = _wait_for_window(ready, windows)
+                window = wait_for_window(ready, windows)
             elif window[0] <= t0 and t1 < window[1]:
                 steps += k
                 latencies.append(t1 - t0)
@@ -92,7 +86,7 @@ def _local_actor(env_id, torso, hidden, seed, ready, windows, results):
     state, prev = policy.initial_state(1), np.zeros(1, np.int32)
     timestep = env.reset()
     policy.step(timestep.observation[None], prev, state)  # traced before the window
-    start, end = _wait_for_window(ready, windows)
+    start, end = wait_for_window(ready, windows)
     steps = 0
     while True:
         action, _, state = policy.step(timestep.observation[None], prev, state)
@@ -104,33 +98,6 @@ def _local_actor(env_id, torso, hidden, seed, ready, windows, results):
         if now >= start:
             steps += 1
     results.put((steps, []))
-
-
-def _spawn_and_collect(target, args_per_process, warmup_s, duration_s):
-    """Runs `target(*args, ready, windows, results)` in spawned processes, all counting
-    over one window that starts `warmup_s` after the last of them reported ready;
-    returns what each puts. Every process is stopped on the way out."""
-    context = multiprocessing.get_context("spawn")
-    ready, windows, results = context.Queue(), context.Queue(), context.Queue()
-    processes = [context.Process(target=target, args=(*args, ready, windows, results),
-                                 daemon=True) for args in args_per_process]
-    try:
-        for p in processes:
-            p.start()
-        for _ in processes:
-            ready.get(timeout=_READY_TIMEOUT_S)
-        start = time.monotonic() + warmup_s
-        for _ in processes:
-            windows.put((start, start + duration_s))
-        out = [results.get(timeout=warmup_s + duration_s + 120.0) for _ in processes]
-        for p in processes:
-            p.join(30)
-        return out
-    finally:
-        for p in processes:
-            if p.is_alive():
-                p.terminate()
-                p.join(10)
 
 
 def measure_central(env_id, torso, hidden, runners, k, warmup_s, duration_s, max_wait_ms,
@@ -152,7 +119,7 @@ def measure_central(env_id, torso, hidden, runners, k, warmup_s, duration_s, max
                                auth_token=_TOKEN)
     address = service.start()
     try:
-        out = _spawn_and_collect(_central_runner, [(address, env_id, k, i)
+        out = run_in_window(_central_runner, [(address, env_id, k, i)
                                                    for i in range(runners)],
                                  warmup_s, duration_s)
     finally:
@@ -169,7 +136,7 @@ def measure_central(env_id, torso, hidden, runners, k, warmup_s, duration_s, max
 
 
 def measure_local(env_id, torso, hidden, actors, warmup_s, duration_s):
-    out = _spawn_and_collect(_local_actor, [(env_id, torso, hidden, i)
+    out = run_in_window(_local_actor, [(env_id, torso, hidden, i)
                                             for i in range(actors)], warmup_s, duration_s)
     return {"obs_per_s": sum(s for s, _ in out) / duration_s}
 
