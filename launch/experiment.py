@@ -58,7 +58,8 @@ class Experiment:
         backend gives it to the service and to the runners, and the service refuses
         streams without it. A fresh random token per `Experiment` unless given (e.g.
         from `--inference-token-file`); None turns the check off (loopback only).
-        Left out of the repr, so that it never reaches a log.
+        Left out of the repr, so that it never reaches a log, and of comparisons: two
+        experiments that describe the same run differ only in their secrets.
       tls: TLS for the inference service (certificate and key for the learner, the CA for
         the runners), or None: plain TCP, fine on one machine or a private network.
       replay_port: the Reverb server's port; 0 picks a free one. Pin it to name it in a
@@ -86,7 +87,8 @@ class Experiment:
     learner_gpus: float = 0.0
     checkpoint_every_s: float | None = 600.0
     resume: bool = False
-    inference_token: str | None = dataclasses.field(default_factory=make_token, repr=False)
+    inference_token: str | None = dataclasses.field(default_factory=make_token, repr=False,
+                                                    compare=False)
     tls: TLSConfig | None = None
     replay_port: int = 0
     learner_resource: str | None = None
