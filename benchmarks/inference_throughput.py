@@ -108,6 +108,7 @@ def measure_central(env_id, torso, hidden, runners, k, warmup_s, duration_s, max
     from seed_agents.inference.grpc_service import InferenceService
     from seed_agents.inference.server import InferenceConfig, InferenceServer
     from seed_agents.specs import make_environment_spec
+    from seed_agents.utils.gc_tuning import gc_for_serving
 
     spec = make_environment_spec(make_environment(env_id))
     network = PolicyValueNetwork(spec.num_actions, spec.observations.shape, hidden, torso=torso)
@@ -117,14 +118,15 @@ def measure_central(env_id, torso, hidden, runners, k, warmup_s, duration_s, max
     server = InferenceServer(policy, spec, adder=None, config=config)
     service = InferenceService(server, spec, address=address, max_streams=runners,
                                auth_token=_TOKEN)
-    address = service.start()
-    try:
-        out = run_in_window(_central_runner, [(address, env_id, k, i)
-                                                   for i in range(runners)],
-                                 warmup_s, duration_s)
-    finally:
-        service.stop()
-        server.close()
+    with gc_for_serving():  # as the launchers do in the learner's process
+        address = service.start()
+        try:
+            out = run_in_window(_central_runner, [(address, env_id, k, i)
+                                                  for i in range(runners)],
+                                warmup_s, duration_s)
+        finally:
+            service.stop()
+            server.close()
     latencies = np.concatenate([np.asarray(lat) for _, lat in out]) * 1000.0
     batcher = server.batcher
     return {
@@ -136,8 +138,8 @@ def measure_central(env_id, torso, hidden, runners, k, warmup_s, duration_s, max
 
 
 def measure_local(env_id, torso, hidden, actors, warmup_s, duration_s):
-    out = run_in_window(_local_actor, [(env_id, torso, hidden, i)
-                                            for i in range(actors)], warmup_s, duration_s)
+    out = run_in_window(_local_actor, [(env_id, torso, hidden, i) for i in range(actors)],
+                        warmup_s, duration_s)
     return {"obs_per_s": sum(s for s, _ in out) / duration_s}
 
 

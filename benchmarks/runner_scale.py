@@ -159,8 +159,11 @@ async def _client_main(address: str, token: str, k: int, streams: int, first_id:
 
 def _client_process(address, token, k, streams, first_id, ready, go, admitted, windows,
                     results) -> None:
-    asyncio.run(_client_main(address, token, k, streams, first_id, ready, go, admitted,
-                             windows, results))
+    from seed_agents.utils.gc_tuning import gc_for_serving
+
+    with gc_for_serving():  # a message pump too: the load it adds is not the service's
+        asyncio.run(_client_main(address, token, k, streams, first_id, ready, go, admitted,
+                                 windows, results))
 
 
 # --- the server side --------------------------------------------------------------------
@@ -194,48 +197,50 @@ def measure_row(streams: int, k: int, processes: int, warmup_s: float, duration_
                 max_wait_ms: float) -> dict[str, Any]:
     from seed_agents.inference.grpc_service import InferenceService
     from seed_agents.inference.security import make_token
+    from seed_agents.utils.gc_tuning import gc_for_serving
 
     server, spec = _make_server(streams * k, max_wait_ms)
     token = make_token()
     service = InferenceService(server, spec, max_streams=streams, auth_token=token)
-    address = service.start()
-    processes = min(processes, streams)
-    share = [streams // processes + (i < streams % processes) for i in range(processes)]
-    context = multiprocessing.get_context("spawn")
-    ready, go, admitted, windows, results = (context.Queue() for _ in range(5))
-    procs = [context.Process(
-        target=_client_process,
-        args=(address, token, k, share[i], sum(share[:i]), ready, go, admitted, windows,
-              results), daemon=True) for i in range(processes)]
-    try:
-        for p in procs:
-            p.start()
-        for _ in procs:
-            ready.get(timeout=_READY_TIMEOUT_S)
-        opened_at = time.monotonic()
-        for _ in procs:
-            go.put(opened_at)
-        for _ in procs:
-            admitted.get(timeout=_ADMIT_TIMEOUT_S)
-        start = time.monotonic() + warmup_s
-        end = start + duration_s
-        for _ in procs:
-            windows.put((start, end))
-        time.sleep(max(start - time.monotonic(), 0.0))
-        cpu_start = time.process_time()
-        time.sleep(max(end - time.monotonic(), 0.0))
-        server_cpu_s = time.process_time() - cpu_start
-        threads, rss_kib = len(os.listdir("/proc/self/task")), _proc_status("VmRSS")
-        out = [results.get(timeout=60.0) for _ in procs]
-        for p in procs:
-            p.join(10.0)
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(5.0)
-        service.stop(grace_s=0.5)
-        server.close()
+    with gc_for_serving():  # as the launchers do in the learner's process
+        address = service.start()
+        processes = min(processes, streams)
+        share = [streams // processes + (i < streams % processes) for i in range(processes)]
+        context = multiprocessing.get_context("spawn")
+        ready, go, admitted, windows, results = (context.Queue() for _ in range(5))
+        procs = [context.Process(
+            target=_client_process,
+            args=(address, token, k, share[i], sum(share[:i]), ready, go, admitted, windows,
+                  results), daemon=True) for i in range(processes)]
+        try:
+            for p in procs:
+                p.start()
+            for _ in procs:
+                ready.get(timeout=_READY_TIMEOUT_S)
+            opened_at = time.monotonic()
+            for _ in procs:
+                go.put(opened_at)
+            for _ in procs:
+                admitted.get(timeout=_ADMIT_TIMEOUT_S)
+            start = time.monotonic() + warmup_s
+            end = start + duration_s
+            for _ in procs:
+                windows.put((start, end))
+            time.sleep(max(start - time.monotonic(), 0.0))
+            cpu_start = time.process_time()
+            time.sleep(max(end - time.monotonic(), 0.0))
+            server_cpu_s = time.process_time() - cpu_start
+            threads, rss_kib = len(os.listdir("/proc/self/task")), _proc_status("VmRSS")
+            out = [results.get(timeout=60.0) for _ in procs]
+            for p in procs:
+                p.join(10.0)
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+                    p.join(5.0)
+            service.stop(grace_s=0.5)
+            server.close()
     latencies = np.concatenate([np.asarray(r["latencies"]) for r in out]) * 1e3
     firsts = np.concatenate([np.asarray(r["firsts"]) for r in out])
     errors: collections.Counter = collections.Counter()

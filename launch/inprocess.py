@@ -55,6 +55,7 @@ from seed_agents.inference.server import EpisodeStats, InferenceConfig
 from seed_agents.specs import make_environment_spec
 from seed_agents.utils.checkpointing import replay_items, run_learner
 from seed_agents.utils.counting import Counter
+from seed_agents.utils.gc_tuning import gc_for_serving
 from seed_agents.utils.loggers import Logger, make_default_logger
 from seed_agents.utils.tf_threads import configure_tf_threads
 
@@ -151,6 +152,7 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
         if experiment.transport == "grpc":
             service = inference_service(experiment, inference, spec,
                                         experiment.inference_address)
+            cleanup.enter_context(gc_for_serving())  # runners stream here from now on
             address = service.start()
             cleanup.callback(service.stop)
             processes = _start_runner_processes(experiment, address)

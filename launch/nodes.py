@@ -185,6 +185,7 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
     from seed_agents.inference.server import EpisodeStats, InferenceConfig
     from seed_agents.utils.checkpointing import replay_items, run_learner
     from seed_agents.utils.counting import Counter
+    from seed_agents.utils.gc_tuning import gc_for_serving
 
     builder = experiment.builder
     if (line := experiment.precision_line()) is not None:
@@ -225,9 +226,10 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
                              address=f"{context.bind_host}:0")
     try:
         rates = start_program_rates(experiment, read_figures, context.logdir)
-        context.publish("inference", service.start())
-        context.publish("control", control.start())
-        run_learner(learner, context.stop_event, checkpointer)
+        with gc_for_serving():  # built: the model and the program are here to stay
+            context.publish("inference", service.start())
+            context.publish("control", control.start())
+            run_learner(learner, context.stop_event, checkpointer)
     finally:
         try:
             if rates is not None:
