@@ -49,6 +49,8 @@ from typing import Any
 
 import numpy as np
 
+from seed_agents.utils.phases import run_in_window, wait_for_window
+
 ENV_ID = "atari:Pong"
 ACTION_REPEAT = 4  # emulator frames per agent step in `atari:Pong`: frames = steps * 4
 _READY_TIMEOUT_S = 300.0  # spawning and importing, on a loaded machine
@@ -59,11 +61,6 @@ _READY_TIMEOUT_S = 300.0  # spawning and importing, on a loaded machine
 # Each child builds what it needs, reports ready, then waits for its (start, end) window:
 # every child of a phase starts stepping at the same moment, and the warm-up before `start`
 # (connections, tracing, caches) is excluded from the count.
-
-
-def _wait_for_window(ready, windows) -> tuple[float, float]:
-    ready.put(os.getpid())
-    return windows.get()
 
 
 def _machine_idle_s() -> float:
@@ -117,7 +114,7 @@ def _env_worker(seed: int, ready, windows, results) -> None:
     env = make_environment(ENV_ID, seed=seed)
     actions = np.random.default_rng(seed).integers(0, env.action_spec().num_values, 1 << 16)
     env.reset()
-    start, end = _wait_for_window(ready, windows)
+    start, end = wait_for_window(ready, windows)
     cpu = _CpuWindow(start, end)
     steps = i = 0
     while (now := time.monotonic()) < end:
@@ -142,7 +139,7 @@ def _central_runner(address: str, k: int, seed: int, ready, windows, results) ->
     spec = runner.envs[0].observation_spec()
     hello = wire.Hello(f"runner-{seed}", f"run-{seed}-{os.getpid()}", k, spec.shape,
                        spec.dtype, int(runner.envs[0].action_spec().num_values))
-    start, end = _wait_for_window(ready, windows)
+    start, end = wait_for_window(ready, windows)
     cpu = _CpuWindow(start, end)
     stop = threading.Event()
     rounds, infer_s, env_s, latencies = 0, 0.0, 0.0, []
@@ -187,7 +184,7 @@ def _local_actor(config: Any, seed: int, ready, windows, results) -> None:
     state, prev = policy.initial_state(1), np.zeros(1, np.int32)
     timestep = env.reset()
     policy.step(timestep.observation[None], prev, state)  # Traces before the window.
-    start, end = _wait_for_window(ready, windows)
+    start, end = wait_for_window(ready, windows)
     cpu = _CpuWindow(start, end)
     steps = 0
     while (now := time.monotonic()) < end:
@@ -201,32 +198,14 @@ def _local_actor(config: Any, seed: int, ready, windows, results) -> None:
 def _run_phase(target, args_per_process: list[tuple], warmup_s: float,
                duration_s: float) -> tuple[list[dict[str, Any]], _CpuWindow]:
     """Runs `target(*args, ready, windows, results)` in spawned processes, all counting
-    over the same window; returns what each puts, and this process's CPU and the
-    machine's idle time over that window. Every process is stopped on the way out.
+    over the same window (`run_in_window`); returns what each puts, and this process's
+    CPU and the machine's idle time over that window.
     """
-    # Spawned, not forked: this process may already run TensorFlow and gRPC threads.
-    context = multiprocessing.get_context("spawn")
-    ready, windows, results = context.Queue(), context.Queue(), context.Queue()
-    processes = [context.Process(target=target, args=(*args, ready, windows, results),
-                                 daemon=True) for args in args_per_process]
-    try:
-        for p in processes:
-            p.start()
-        for _ in processes:
-            ready.get(timeout=_READY_TIMEOUT_S)
-        start = time.monotonic() + warmup_s
-        cpu = _CpuWindow(start, start + duration_s)
-        for _ in processes:
-            windows.put((start, start + duration_s))
-        out = [results.get(timeout=warmup_s + duration_s + 120.0) for _ in processes]
-        for p in processes:
-            p.join(30.0)
-        return out, cpu
-    finally:
-        for p in processes:
-            if p.is_alive():
-                p.terminate()
-                p.join(10.0)
+    cpu: list[_CpuWindow] = []
+    out = run_in_window(target, args_per_process, warmup_s, duration_s,
+                        on_window=lambda start, end: cpu.append(_CpuWindow(start, end)),
+                        ready_timeout_s=_READY_TIMEOUT_S)
+    return out, cpu[0]
 
 
 # --- phases -----------------------------------------------------------------------------

@@ -8,9 +8,12 @@ Measures, in one run on the same cores:
   * central CNN: the same with 84x84x4 uint8 observations and the Nature-DQN CNN;
   * baseline: R actor processes, each with its own copy of the CNN policy, one environment
     each, batch-1 inference every step (IMPALA's actors).
-Observations/s are counted inside a common measurement window after a warm-up; round-trip
-latencies are timed by the runners. The inference server runs without replay here: this
-measures transport, batching and policy, not Reverb. Prints one JSON line last.
+Observations/s are counted inside a common measurement window: every process reports
+ready (runners once their first round trip is answered, actors once their policy has
+stepped), and only then does the window start, after a warm-up, whatever the machine's
+load made start-up cost. Round-trip latencies are timed by the runners. The inference
+server runs without replay here: this measures transport, batching and policy, not
+Reverb. Prints one JSON line last; a baseline of 0 is an error, not a ratio.
 
 Top-level imports stay light: spawned runner processes re-import this module, and they
 must not load TensorFlow.
@@ -20,50 +23,53 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
+import sys
 import threading
 import time
 
 import numpy as np
 
+from seed_agents.utils.phases import run_in_window, wait_for_window
+
 MLP_ENV = "fake:obs=4,actions=2,len=200"
 CNN_ENV = "fake:obs=84x84x4,dtype=uint8,actions=6,len=200"
+_TOKEN = "inference-throughput"  # the service checks it, as every launcher's does
 
 
-def _window_count(stamps: list[float], start: float, end: float) -> int:
-    return sum(1 for s in stamps if start <= s < end)
-
-
-def _central_runner(address, env_id, k, seed, start, end, results):
+def _central_runner(address, env_id, k, seed, ready, windows, results):
     from seed_agents.envs import environment_factory
     from seed_agents.inference import wire
     from seed_agents.inference.grpc_client import RemoteInference
     from seed_agents.inference.runner import EnvRunner
 
     runner = EnvRunner(environment_factory(env_id), k, seed)
-    obs_spec = runner.envs[0].observation_spec()
-    hello = wire.Hello(f"bench-{seed}", f"run-{seed}-{os.getpid()}", k, obs_spec.shape,
-                       obs_spec.dtype, int(runner.envs[0].action_spec().num_values))
-    stamps, latencies = [], []
+    env = runner.envs[0]
+    hello = wire.hello_from_specs(f"bench-{seed}", f"run-{seed}-{os.getpid()}", k,
+                                  env.observation_spec(), env.action_spec())
+    window: tuple[float, float] | None = None
+    steps, latencies = 0, []
     stop = threading.Event()
-    with RemoteInference(address, hello) as remote:
+    with RemoteInference(address, hello, auth_token=_TOKEN) as remote:
         def timed(batch):
+            nonlocal window, steps
             t0 = time.monotonic()
             actions = remote(batch)
             t1 = time.monotonic()
-            if start <= t1 < end:
-                stamps.append(t1)
+            if window is None:  # served once: admitted and traced, so ready
+                window = wait_for_window(ready, windows)
+            elif window[0] <= t0 and t1 < window[1]:
+                steps += k
                 latencies.append(t1 - t0)
-            elif t1 >= end:
+            elif t1 >= window[1]:
                 stop.set()
             return actions
 
         runner.run(timed, stop)
-    results.put((len(stamps) * k, latencies))
+    results.put((steps, latencies))
 
 
-def _local_actor(env_id, torso, hidden, seed, start, end, results):
+def _local_actor(env_id, torso, hidden, seed, ready, windows, results):
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
     from seed_agents.utils.tf_threads import configure_tf_threads
 
@@ -79,6 +85,8 @@ def _local_actor(env_id, torso, hidden, seed, start, end, results):
                                              hidden, torso=torso), spec, seed=seed)
     state, prev = policy.initial_state(1), np.zeros(1, np.int32)
     timestep = env.reset()
+    policy.step(timestep.observation[None], prev, state)  # traced before the window
+    start, end = wait_for_window(ready, windows)
     steps = 0
     while True:
         action, _, state = policy.step(timestep.observation[None], prev, state)
@@ -92,20 +100,6 @@ def _local_actor(env_id, torso, hidden, seed, start, end, results):
     results.put((steps, []))
 
 
-def _spawn_and_collect(target, args_per_process):
-    """Runs `target(*args, results)` in spawned processes; returns what each puts."""
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    processes = [context.Process(target=target, args=(*args, results))
-                 for args in args_per_process]
-    for p in processes:
-        p.start()
-    out = [results.get(timeout=600) for _ in processes]
-    for p in processes:
-        p.join(30)
-    return out
-
-
 def measure_central(env_id, torso, hidden, runners, k, warmup_s, duration_s, max_wait_ms,
                     address="127.0.0.1:0"):
     from seed_agents.agents.vtrace.acting import VTracePolicy
@@ -114,6 +108,7 @@ def measure_central(env_id, torso, hidden, runners, k, warmup_s, duration_s, max
     from seed_agents.inference.grpc_service import InferenceService
     from seed_agents.inference.server import InferenceConfig, InferenceServer
     from seed_agents.specs import make_environment_spec
+    from seed_agents.utils.gc_tuning import gc_for_serving
 
     spec = make_environment_spec(make_environment(env_id))
     network = PolicyValueNetwork(spec.num_actions, spec.observations.shape, hidden, torso=torso)
@@ -121,16 +116,17 @@ def measure_central(env_id, torso, hidden, runners, k, warmup_s, duration_s, max
     config = InferenceConfig(max_envs=runners * k, max_batch_size=runners * k,
                              max_wait_ms=max_wait_ms)
     server = InferenceServer(policy, spec, adder=None, config=config)
-    service = InferenceService(server, spec, address=address, max_runners=runners)
-    address = service.start()
-    start = time.monotonic() + 5.0 + warmup_s  # spawned processes need a few seconds
-    end = start + duration_s
-    try:
-        out = _spawn_and_collect(_central_runner, [(address, env_id, k, i, start, end)
-                                                   for i in range(runners)])
-    finally:
-        service.stop()
-        server.close()
+    service = InferenceService(server, spec, address=address, max_streams=runners,
+                               auth_token=_TOKEN)
+    with gc_for_serving():  # as the launchers do in the learner's process
+        address = service.start()
+        try:
+            out = run_in_window(_central_runner, [(address, env_id, k, i)
+                                                  for i in range(runners)],
+                                warmup_s, duration_s)
+        finally:
+            service.stop()
+            server.close()
     latencies = np.concatenate([np.asarray(lat) for _, lat in out]) * 1000.0
     batcher = server.batcher
     return {
@@ -142,10 +138,8 @@ def measure_central(env_id, torso, hidden, runners, k, warmup_s, duration_s, max
 
 
 def measure_local(env_id, torso, hidden, actors, warmup_s, duration_s):
-    start = time.monotonic() + 8.0 + warmup_s  # each actor imports TensorFlow
-    end = start + duration_s
-    out = _spawn_and_collect(_local_actor, [(env_id, torso, hidden, i, start, end)
-                                            for i in range(actors)])
+    out = run_in_window(_local_actor, [(env_id, torso, hidden, i) for i in range(actors)],
+                        warmup_s, duration_s)
     return {"obs_per_s": sum(s for s, _ in out) / duration_s}
 
 
@@ -173,6 +167,9 @@ def main() -> None:
     local = measure_local(CNN_ENV, "nature_cnn", (512,), args.runners, args.warmup_s,
                           args.duration_s)
     print(f"IMPALA-style local CNN: {local}", flush=True)
+    if local["obs_per_s"] <= 0:
+        sys.exit("inference_throughput: the IMPALA-style baseline measured 0 obs/s in its "
+                 "window; there is no ratio to report")
     from seed_agents.utils.reference import machine_report
 
     print(json.dumps({
@@ -181,7 +178,7 @@ def main() -> None:
         "unit": "obs/s",
         "cnn_value": round(cnn["obs_per_s"]),
         "baseline": round(local["obs_per_s"]),
-        "ratio": round(cnn["obs_per_s"] / max(local["obs_per_s"], 1e-9), 2),
+        "ratio": round(cnn["obs_per_s"] / local["obs_per_s"], 2),
         "p50_ms": round(mlp["p50_ms"], 3),
         "p99_ms": round(mlp["p99_ms"], 3),
         "cnn_p50_ms": round(cnn["p50_ms"], 3),

@@ -23,6 +23,11 @@ from launch.ray_backend import run_ray  # noqa: E402 - imports Ray only when run
 from seed_agents.agents.r2d2.config import R2D2Config  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
 from seed_agents.agents.vtrace.presets import ATARI_CPU  # noqa: E402
+from seed_agents.inference.security import (  # noqa: E402
+    DEFAULT_TLS_SERVER_NAME,
+    TLSConfig,
+    read_token_file,
+)
 from seed_agents.utils.overrides import parse_overrides  # noqa: E402
 
 AGENTS: dict[str, tuple[type, type]] = {
@@ -78,6 +83,21 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--inference-address", default="127.0.0.1:0",
                        help="where the gRPC inference service listens (host:port or "
                             "unix:/path; default: 127.0.0.1 on a free port)")
+    train.add_argument("--inference-token-file", default=None,
+                       help="file holding the token runners must present to the gRPC "
+                            "inference service (default: a fresh random token per run, "
+                            "handed to the runners by the backend)")
+    train.add_argument("--tls-cert", default=None,
+                       help="PEM certificate of the inference service: serve it over TLS "
+                            "(for runners on other hosts; needs --tls-key)")
+    train.add_argument("--tls-key", default=None,
+                       help="PEM private key of --tls-cert (read on the learner's machine)")
+    train.add_argument("--tls-ca", default=None,
+                       help="PEM certificate that signed --tls-cert, which runners trust "
+                            "(default: trust --tls-cert itself)")
+    train.add_argument("--tls-server-name", default=DEFAULT_TLS_SERVER_NAME,
+                       help="name runners expect in the certificate's subjectAltName, "
+                            "whatever IP they dial (default: %(default)s)")
     train.add_argument("--inference-max-wait-ms", type=float, default=2.0,
                        help="longest a runner's request waits for others to join its "
                             "inference batch (default: 2; pixel envs batch better at ~20)")
@@ -86,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "ray://host:10001); default: start a local Ray for this run")
     train.add_argument("--learner-gpus", type=float, default=0.0,
                        help="GPUs a cluster backend (ray) reserves for the learner (default: 0)")
+    train.add_argument("--replay-port", type=int, default=0,
+                       help="the Reverb server's port (default: a free one); pin it to "
+                            "name it in a network policy")
+    train.add_argument("--learner-resource", default=None, metavar="NAME",
+                       help="ray backend: a custom Ray resource the replay and learner nodes "
+                            "each take one of, pinning both to the machine (pod) offering it")
     train.add_argument("--runners", type=int, default=4, help="environment runners")
     train.add_argument("--envs-per-runner", type=int, default=16,
                        help="environments each runner steps in lockstep")
@@ -138,6 +164,12 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         overrides = [*presets[args.preset], *overrides]
     config = parse_overrides(config_type, overrides)
     builder: AgentBuilder = builder_type(config)
+    security = {}  # without a token file, the Experiment makes a fresh random token
+    if args.inference_token_file:
+        security["inference_token"] = read_token_file(args.inference_token_file)
+    if args.tls_cert or args.tls_key or args.tls_ca:
+        security["tls"] = TLSConfig(args.tls_cert, args.tls_key, args.tls_ca,
+                                    args.tls_server_name or None)
     return Experiment(
         builder=builder,
         environment=args.env,
@@ -155,8 +187,11 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         logdir=args.logdir or f"runs/{args.agent}-{time.strftime('%Y%m%d-%H%M%S')}",
         evaluate_every_s=args.evaluate_every_s or None,
         learner_gpus=args.learner_gpus,
+        replay_port=args.replay_port,
+        learner_resource=args.learner_resource,
         checkpoint_every_s=args.checkpoint_every_s or None,
         resume=args.resume,
+        **security,
     )
 
 

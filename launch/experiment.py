@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from seed_agents.envs.registry import EnvironmentFactory
+from seed_agents.inference.security import TLSConfig, make_token
 from seed_agents.utils.checkpointing import check_resume
 
 if TYPE_CHECKING:  # builders import TensorFlow; runner processes import this module
@@ -56,6 +57,18 @@ class Experiment:
         are appended to. Without it, a logdir that holds checkpoints is refused (see
         `check_checkpoints`), so an earlier run is never overwritten; with it, a run of
         another agent or environment than the logdir's `run.json` records is refused.
+      inference_token: the shared secret of the run's gRPC inference service: every
+        backend gives it to the service and to the runners, and the service refuses
+        streams without it. A fresh random token per `Experiment` unless given (e.g.
+        from `--inference-token-file`); None turns the check off (loopback only).
+        Left out of the repr, so that it never reaches a log, and of comparisons: two
+        experiments that describe the same run differ only in their secrets.
+      tls: TLS for the inference service (certificate and key for the learner, the CA for
+        the runners), or None: plain TCP, fine on one machine or a private network.
+      replay_port: the Reverb server's port; 0 picks a free one. Pin it to name it in a
+        firewall rule or network policy: Reverb listens on every interface.
+      learner_resource: a custom Ray resource the replay and learner nodes each take one
+        unit of, so that they run on the machine (pod) that offers it, and nowhere else.
 
     A run with a logdir records this experiment in `<logdir>/run.json` as it starts
     (`launch.run_record`), so that `seed-agents eval`, `export` and `plot` rebuild it.
@@ -80,6 +93,11 @@ class Experiment:
     learner_gpus: float = 0.0
     checkpoint_every_s: float | None = 600.0
     resume: bool = False
+    inference_token: str | None = dataclasses.field(default_factory=make_token, repr=False,
+                                                    compare=False)
+    tls: TLSConfig | None = None
+    replay_port: int = 0
+    learner_resource: str | None = None
 
     def __post_init__(self):
         if self.num_runners < 1:
@@ -107,6 +125,13 @@ class Experiment:
                              f"got {self.checkpoint_every_s}.")
         if self.resume and not self.logdir:
             raise ValueError("resume=True continues the run in logdir: pass its logdir.")
+        if not 0 <= self.replay_port < 65536:
+            raise ValueError(f"replay_port must be in [0, 65536), got {self.replay_port}.")
+        if self.inference_token is not None and not self.inference_token.strip():
+            raise ValueError("inference_token is empty: pass a token, or None for no check.")
+        if self.tls is not None and not (self.tls.cert and self.tls.key):
+            raise ValueError("tls needs the service's certificate and key (--tls-cert and "
+                             "--tls-key); runners trust --tls-ca, or the certificate itself.")
 
     @property
     def num_envs(self) -> int:

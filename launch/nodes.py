@@ -33,19 +33,24 @@ def make_program(experiment: Experiment) -> Program:
     """replay -> learner (+ inference and control) -> runners (or, with local inference,
     actors) -> evaluator."""
     central = experiment.inference == "central"
+    # With a learner resource, replay and learner share the machine that offers it: a
+    # network policy can then keep Reverb (which listens on every interface) to that one
+    # machine (examples/deploy/networkpolicy.yaml).
+    pinned = {experiment.learner_resource: 1.0} if experiment.learner_resource else {}
     nodes = [
         Node("replay", "replay", replay_node, {"experiment": experiment},
-             publishes=("replay",)),
+             publishes=("replay",), resources=pinned),
         Node("learner", "learner", learner_node, {"experiment": experiment},
              publishes=("inference", "control") if central else ("control",),
-             needs=("replay",), num_gpus=experiment.learner_gpus),
+             needs=("replay",), num_gpus=experiment.learner_gpus, resources=pinned),
     ]
     for i in range(experiment.num_runners):
         if central:
             nodes.append(Node(
                 f"runner-{i}", "runner", runner_node,
                 {"environment": experiment.environment, "num_envs": experiment.envs_per_runner,
-                 "seed": experiment.runner_seed(i), "log_every_s": rates_every_s(experiment)},
+                 "seed": experiment.runner_seed(i), "log_every_s": rates_every_s(experiment),
+                 **runner_credentials(experiment)},
                 needs=("inference",), restartable=True,
             ))
         else:
@@ -123,13 +128,42 @@ def start_replay(experiment: Experiment, tables: list[Any]) -> tuple[Any, Any]:
         checkpointer = reverb.checkpointers.DefaultCheckpointer(
             checkpointing.replay_directory(experiment.logdir))
     # Without a checkpointer of ours Reverb makes a temporary directory for its own.
-    server = reverb.Server(tables, port=None, checkpointer=checkpointer)
+    server = reverb.Server(tables, port=experiment.replay_port or None,
+                           checkpointer=checkpointer)
     saver = None
     if keep and experiment.checkpointing:
         saver = checkpointing.ReplayCheckpointer(
             server.localhost_client(), checkpointing.replay_metadata_path(experiment.logdir),
             experiment.checkpoint_every_s)
     return server, saver
+
+
+def inference_service(experiment: Experiment, inference: Any, spec: Any, address: str) -> Any:
+    """The run's gRPC `InferenceService` over `inference`, with the run's token and TLS.
+
+    A restarted runner reconnects under its node name, which frees its predecessor's
+    slots (see `InferenceServer.connect`) and ends the old stream, but the new stream can
+    open before the old one is cleaned up: twice the runners' streams. A stream may carry
+    `envs_per_runner` environments, which bounds the largest message the service accepts.
+    Shared by the in-process backend and `learner_node`.
+    """
+    from seed_agents.inference.grpc_service import InferenceService
+
+    tls = experiment.tls
+    return InferenceService(
+        inference, spec, address=address, max_streams=2 * experiment.num_runners,
+        auth_token=experiment.inference_token,
+        server_credentials=tls.server_credentials() if tls is not None else None,
+        max_envs_per_stream=experiment.envs_per_runner,
+    )
+
+
+def runner_credentials(experiment: Experiment) -> dict[str, Any]:
+    """What a runner needs to be let in: the run's token, and TLS to trust (no key)."""
+    tls = experiment.tls
+    if tls is not None:
+        tls = dataclasses.replace(tls, key=None)  # the private key stays with the learner
+    return {"auth_token": experiment.inference_token, "tls": tls}
 
 
 def learner_checkpointer(experiment: Experiment, learner: Any, counter: Any,
@@ -208,10 +242,10 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
         configure_tf_threads(inter_op=LEARNER_INTER_OP_THREADS)
     from launch.control import ControlService
     from launch.limiter import program_figures, program_status, start_program_rates
-    from seed_agents.inference.grpc_service import InferenceService
     from seed_agents.inference.server import EpisodeStats, InferenceConfig
     from seed_agents.utils.checkpointing import replay_items, run_learner
     from seed_agents.utils.counting import Counter, RunClock
+    from seed_agents.utils.gc_tuning import gc_for_serving
 
     builder = experiment.builder
     if (line := experiment.precision_line()) is not None:
@@ -230,21 +264,19 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
     if experiment.inference == "central":
         adder = builder.make_adder(client, experiment.num_envs, spec, policy,
                                    context.stop_event)
+        # A restarted runner reconnects under its node name, which frees its
+        # predecessor's slots (see `InferenceServer.connect`), so the slots are exactly
+        # the program's.
         config = InferenceConfig(max_envs=experiment.num_envs,
                                  max_batch_size=experiment.num_envs,
                                  max_wait_ms=experiment.inference_max_wait_ms)
         inference = builder.make_inference_server(policy, spec, adder, config, counter, stats)
         state["eval_episodes"] = inference.eval_stats
         if not (context.in_process and experiment.transport == "direct"):
-            # Elsewhere a restarted runner reconnects under its node name, which frees its
-            # predecessor's slots (see `InferenceServer.connect`), so the slots are
-            # exactly the program's; its new stream can open before gRPC notices the old
-            # one is gone: twice the streams.
-            address, max_runners = f"{context.bind_host}:0", 2 * experiment.num_runners
-            if context.in_process:  # runner processes of this machine, never restarted
-                address, max_runners = experiment.inference_address, experiment.num_runners
-            service = InferenceService(inference, spec, address=address,
-                                       max_runners=max_runners)
+            # In process: runner processes of this machine, at the experiment's address.
+            address = (experiment.inference_address if context.in_process
+                       else f"{context.bind_host}:0")
+            service = inference_service(experiment, inference, spec, address)
     # Restored before anything acts: the episode window and the clock continue.
     checkpointer = learner_checkpointer(experiment, learner, counter, items, context.out,
                                         state)
@@ -269,17 +301,18 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
     control = None
     try:
         rates = start_program_rates(experiment, read_figures, context.logdir, context.stream)
-        if service is not None:
-            context.publish("inference", service.start())
-        elif inference is not None:
-            context.publish("inference", None, local=inference)
-        if context.in_process:
-            context.publish("control", None,
-                            local=LocalControl(status, variables, learner, counter, stats))
-        else:
-            control = ControlService(status, variables, address=f"{context.bind_host}:0")
-            context.publish("control", control.start())
-        run_learner(learner, context.stop_event, checkpointer)
+        with gc_for_serving():  # built: the model and the program are here to stay
+            if service is not None:
+                context.publish("inference", service.start())
+            elif inference is not None:
+                context.publish("inference", None, local=inference)
+            if context.in_process:
+                context.publish("control", None,
+                                local=LocalControl(status, variables, learner, counter, stats))
+            else:
+                control = ControlService(status, variables, address=f"{context.bind_host}:0")
+                context.publish("control", control.start())
+            run_learner(learner, context.stop_event, checkpointer)
     finally:
         try:
             if rates is not None:
@@ -295,7 +328,8 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
 
 
 def runner_node(context: NodeContext, environment: Any, num_envs: int, seed: int,
-                log_every_s: float = 5.0) -> None:
+                log_every_s: float = 5.0, auth_token: str | None = None,
+                tls: Any = None) -> None:
     """Environment runners: streaming to the learner's inference service, or in its
     process calling the inference server directly (a runner thread)."""
     target = context.handles["inference"].dereference()
@@ -304,7 +338,7 @@ def runner_node(context: NodeContext, environment: Any, num_envs: int, seed: int
 
         run_runner(target, environment, num_envs, seed=seed, runner_id=context.name,
                    stop_event=context.stop_event, logdir=context.logdir,
-                   log_every_s=log_every_s)
+                   log_every_s=log_every_s, auth_token=auth_token, tls=tls)
         return
     from seed_agents.envs import environment_factory
     from seed_agents.inference.runner import EnvRunner, runner_reporter

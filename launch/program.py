@@ -121,6 +121,8 @@ class Node:
       publishes / needs: address keys this node serves / waits for.
       restartable: a crash is survived by restarting the node (runners).
       num_cpus, num_gpus: resources a cluster backend reserves for the node.
+      resources: custom resources (name -> amount) it reserves too: they pin the node
+        to the machines that offer them.
     """
 
     name: str
@@ -132,6 +134,7 @@ class Node:
     restartable: bool = False
     num_cpus: float = 1.0
     num_gpus: float = 0.0
+    resources: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

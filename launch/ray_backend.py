@@ -201,6 +201,7 @@ class _Actors:
                 "namespace": NAMESPACE,
                 "num_cpus": node.num_cpus,
                 "num_gpus": node.num_gpus,
+                "resources": dict(node.resources),
                 "max_restarts": -1 if node.restartable else 0,
                 "max_concurrency": _MAX_CONCURRENCY,
             }
@@ -342,6 +343,16 @@ def _warn_if_too_small(program: Program, stream: TextIO) -> None:
                      f"cluster has {total.get('CPU', 0.0):g} and {total.get('GPU', 0.0):g}: "
                      "some nodes wait for resources (an autoscaler may add them).\n")
         stream.flush()
+    custom: dict[str, float] = {}
+    for node in program.nodes:
+        for name, amount in node.resources.items():
+            custom[name] = custom.get(name, 0.0) + amount
+    for name, amount in custom.items():
+        if total.get(name, 0.0) < amount:
+            stream.write(f"warning: the program reserves {amount:g} of the custom resource "
+                         f"{name!r}, the cluster has {total.get(name, 0.0):g}: start a node "
+                         f"with `ray start --resources='{{\"{name}\": {amount:g}}}'`.\n")
+            stream.flush()
 
 
 def _connect(cleanup: contextlib.ExitStack, program: Program, address: str | None,

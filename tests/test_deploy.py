@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "examples" / "deploy"
 CLUSTER_YAML = DEPLOY / "ray-cluster.yaml"
 RAYJOB_YAML = DEPLOY / "rayjob.yaml"
+NETWORK_POLICY_YAML = DEPLOY / "networkpolicy.yaml"
 README = DEPLOY / "README.md"
 
 # `ray exec <this file> "seed-agents ..."`, in the comments of ray-cluster.yaml.
@@ -194,10 +195,64 @@ def test_deploy_command_parses_with_the_real_parser(cli, source):
 def test_readme_warns_about_authentication_and_ports():
     text = README.read_text()
     flat = " ".join(text.split())  # ignore line breaks
-    assert "Reverb and the inference service have no authentication" in flat
+    assert "The inference service (learner node) refuses runners without the run's token" in flat
+    assert "Reverb (replay node) has no authentication" in flat
     assert "private network" in flat
+    for flag in ("--inference-token-file", "--tls-cert", "--tls-key", "--tls-ca"):
+        assert flag in text, flag
+    assert "networkpolicy.yaml" in text
     assert "ray get-auth-token" in text and "RAY_AUTH_MODE=token" in text
     for needle in ("6379", "10001", "--node-manager-port", "--object-manager-port",
                    "--min-worker-port", "--max-worker-port"):
         assert needle in text, needle
     assert _cluster_command() in text
+
+
+# --- networkpolicy.yaml: only the learner's pod reaches Reverb -------------------------------
+
+
+def _option(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_network_policy_keeps_reverb_to_the_learner_pod(cli):
+    policy = _load(NETWORK_POLICY_YAML)
+    assert policy["apiVersion"] == "networking.k8s.io/v1" and policy["kind"] == "NetworkPolicy"
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    argv = shlex.split(_rayjob_command())
+    replay_port = int(_option(argv, "--replay-port"))
+    resource = _option(argv, "--learner-resource")
+    # The pods the policy protects: the rayjob's `learner` group, the only one offering the
+    # resource that pins the replay and learner nodes.
+    cluster = _load(RAYJOB_YAML)["spec"]["rayClusterSpec"]
+    groups = {g["groupName"]: g for g in cluster["workerGroupSpecs"]}
+    learner = groups["learner"]
+    assert learner["replicas"] == learner["maxReplicas"] == 1
+    assert resource in learner["rayStartParams"]["resources"]
+    offering = [name for name, g in groups.items()
+                if resource in str(g.get("rayStartParams", {}).get("resources", ""))]
+    assert offering == ["learner"]
+    assert resource not in str(cluster["headGroupSpec"]["rayStartParams"])
+    learner_labels = learner["template"]["metadata"]["labels"]
+    selected = spec["podSelector"]["matchLabels"]
+    assert selected.items() <= learner_labels.items()
+    # The replay port is open to the learner pod only; every other port to the run's pods.
+    rules = spec["ingress"]
+    reverb = [r for r in rules if any(p.get("port") == replay_port and "endPort" not in p
+                                      for p in r["ports"])]
+    assert len(reverb) == 1
+    (source,) = reverb[0]["from"]
+    assert source["podSelector"]["matchLabels"].items() <= learner_labels.items()
+    others = [r for r in rules if r is not reverb[0]]
+    for rule in others:
+        for port in rule["ports"]:
+            low, high = port["port"], port.get("endPort", port["port"])
+            assert not low <= replay_port <= high, port
+    open_ports = {p for r in others for port in r["ports"]
+                  for p in range(port["port"], port.get("endPort", port["port"]) + 1)}
+    assert open_ports == set(range(1, 65536)) - {replay_port}
+    # Every pod of the run carries the label the "others" rule admits.
+    run_label = others[0]["from"][0]["podSelector"]["matchLabels"]
+    for pod in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        assert run_label.items() <= pod["template"]["metadata"]["labels"].items()

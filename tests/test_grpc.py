@@ -29,7 +29,6 @@ from seed_agents.inference import wire
 from seed_agents.inference.grpc_client import (
     METHOD_NAME,
     SERVICE_NAME,
-    STREAM_METHOD,
     RemoteInference,
     bearer,
 )
@@ -39,6 +38,8 @@ from seed_agents.inference.runner import EnvRunner
 from seed_agents.inference.runner_process import InferenceRejectedError, RemoteRunner
 from seed_agents.replay import unrolls as u
 from tests.test_inference_server import SPEC, Setup, T
+from tests.test_service_defects import one_shot as raw_stream
+from tests.test_service_defects import wait_for
 
 ENV = "fake:obs=2,len=7"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,8 +49,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def make_hello(runner_id="r", num_envs=2, shape=(2,), dtype=np.float32, num_actions=2,
-               run_id="run") -> wire.Hello:
-    return wire.Hello(runner_id, run_id, num_envs, shape, dtype, num_actions)
+               run_id="run", **actions) -> wire.Hello:
+    return wire.Hello(runner_id, run_id, num_envs, shape, dtype, num_actions, **actions)
 
 
 def step_batch(k=2, step_type=FIRST, shape=(2,), dtype=np.float32, seed=0) -> StepBatch:
@@ -64,26 +65,6 @@ def step_batch(k=2, step_type=FIRST, shape=(2,), dtype=np.float32, seed=0) -> St
 
 def step_bytes(**kwargs) -> bytes:
     return wire.encode_step_batch(step_batch(**kwargs))
-
-
-def raw_stream(channel: grpc.Channel, messages, metadata=None):
-    """Sends `messages`, half-closes, reads to the end: (replies, code, details)."""
-    call = channel.stream_stream(STREAM_METHOD)(iter(messages), metadata=metadata, timeout=10)
-    replies = []
-    try:
-        for reply in call:
-            replies.append(reply)
-    except grpc.RpcError as error:
-        return replies, error.code(), error.details()
-    return replies, grpc.StatusCode.OK, ""
-
-
-def wait_for(condition, timeout_s=60.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def check_layout(items, num_actions=2):
@@ -252,8 +233,15 @@ def _bad_inputs():
                                        r"observation shape \(3,\) does not match"),
         "hello with wrong dtype": ([wire.encode_hello(make_hello("bad", dtype=np.uint8))],
                                    "observation dtype uint8 does not match"),
-        "hello with wrong num_actions": ([wire.encode_hello(make_hello("bad", num_actions=3))],
-                                         "num_actions 3 does not match"),
+        "hello with wrong num_actions": (
+            [wire.encode_hello(make_hello("bad", num_actions=3))],
+            r"expects discrete actions \(int32, 3 actions\), this server serves discrete "
+            r"actions \(int32, 2 actions\)"),
+        "hello with continuous actions": (
+            [wire.encode_hello(make_hello("bad", num_actions=0, action_shape=(2,),
+                                          action_dtype=np.float32))],
+            r"expects continuous actions \(float32 of shape \(2,\)\), this server serves "
+            "discrete"),
     }
 
 
@@ -351,11 +339,14 @@ def test_too_many_envs_or_streams_is_resource_exhausted():
             with pytest.raises(grpc.RpcError) as error:
                 infer(step_batch(k=6))
             assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert "slots are free" in error.value.details()
-        runner = RemoteRunner(address, ENV, 6, runner_id="too-big")
-        with pytest.raises(InferenceRejectedError, match="RESOURCE_EXHAUSTED.*slots are free"):
-            runner.run(max_steps=1)  # not retried: a clear error instead
-        runner.close()
+            assert "more than this service's max_envs_per_stream=4" in error.value.details()
+        with RemoteInference(address, make_hello("three", num_envs=3)) as three:
+            three(step_batch(k=3))
+            runner = RemoteRunner(address, ENV, 2, runner_id="too-big")
+            with pytest.raises(InferenceRejectedError,
+                               match="RESOURCE_EXHAUSTED.*1 of max_envs=4 slots are free"):
+                runner.run(max_steps=1)  # not retried: a clear error instead
+            runner.close()
 
         narrow_address = narrow.start()
         with (RemoteInference(narrow_address, make_hello("a", 1)) as a,

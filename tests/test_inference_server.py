@@ -27,7 +27,7 @@ T = 4
 
 
 class Setup:
-    def __init__(self, max_envs=8, max_batch_size=8, max_wait_ms=2.0):
+    def __init__(self, max_envs=8, max_batch_size=8, max_wait_ms=2.0, **config):
         self.policy = CountingPolicy()
         signature = unroll_signature(SPEC, T, self.policy.extras_spec, self.policy.state_spec)
         self.replay = reverb.Server([queue_table("q", 1000, signature)], port=None)
@@ -39,7 +39,7 @@ class Setup:
         self.server = InferenceServer(
             self.policy, SPEC, adder,
             InferenceConfig(max_envs=max_envs, max_batch_size=max_batch_size,
-                            max_wait_ms=max_wait_ms),
+                            max_wait_ms=max_wait_ms, **config),
             counter=self.counter,
         )
 

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import csv
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import reverb
 
 from builders.vtrace import VTraceBuilder
 from launch import cli
 from launch.experiment import Experiment
 from launch.inprocess import run_inprocess
+from launch.nodes import make_program, start_replay
 from seed_agents.agents.vtrace.config import VTraceConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,6 +126,26 @@ def test_experiment_rejects_bad_settings():
     with pytest.raises(ValueError, match="central"):
         Experiment(VTraceBuilder(), "gym:CartPole-v1", transport="grpc", inference="local",
                    envs_per_runner=1)
+    with pytest.raises(ValueError, match="replay_port"):
+        Experiment(VTraceBuilder(), "gym:CartPole-v1", replay_port=70000)
+
+
+def test_a_learner_resource_pins_replay_and_learner_and_the_replay_port_is_kept():
+    experiment = Experiment(VTraceBuilder(SMALL), "fake:obs=2,len=7", num_runners=2,
+                            learner_resource="learner_pod")
+    resources = {node.name: node.resources for node in make_program(experiment).nodes}
+    assert resources.pop("replay") == resources.pop("learner") == {"learner_pod": 1.0}
+    assert all(not r for r in resources.values())  # runners and evaluator go anywhere
+    with socket.socket() as probe:  # a port that is free now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    experiment = Experiment(VTraceBuilder(SMALL), "fake:obs=2,len=7", replay_port=port,
+                            checkpoint_every_s=None)
+    server, saver = start_replay(experiment, [reverb.Table.queue("q", 10)])
+    try:
+        assert server.port == port and saver is None
+    finally:
+        server.stop()
 
 
 def test_cli_overrides_parse_and_fail_clearly():
@@ -194,8 +217,8 @@ def test_pong_example_prints_the_command_line_of_the_same_run():
     from_example = pong.make_experiment(args)
     assert from_cli.builder.config == from_example.builder.config == pong.PONG_CONFIG
     assert from_cli.builder.config.precision == "auto"  # not the default: really passed
-    differ = {f.name for f in dataclasses.fields(from_cli)
-              if getattr(from_cli, f.name) != getattr(from_example, f.name)}
+    differ = {f.name for f in dataclasses.fields(from_cli)  # but secrets: new ones per run
+              if f.compare and getattr(from_cli, f.name) != getattr(from_example, f.name)}
     assert not differ, differ
     assert from_cli.max_wall_s == 1800 and from_cli.logdir == "runs/my pong"
     # --set after a preset wins over it.

@@ -114,6 +114,18 @@ def test_writer_copies_buffers_before_they_are_reused(server):
     assert item[u.REWARD].tolist() == [0, 1, 2, 3]
 
 
+def test_writer_closes_and_keeps_what_was_flushed(server):
+    client = server.localhost_client()
+    writer = UnrollWriter(client, "q")
+    adder = UnrollAdder(writer, 1, T, row_spec(SPEC, EXTRAS), STATE)
+    for step in range(T + 1):
+        adder.add(np.array([0]), _rows(np.array([step])), (np.zeros((1, 1), np.float32),))
+    writer.flush()
+    writer.close()  # dm-reverb 0.14's close() takes no `block=`: this raised TypeError
+    writer.close()  # and a second close is a no-op
+    assert [item[u.REWARD].tolist() for item in _drain(client)] == [[0, 1, 2, 3]]
+
+
 def test_full_queue_blocks_writer_until_timeout():
     signature = unroll_signature(SPEC, T, EXTRAS)
     server = reverb.Server([queue_table("q", 1, signature)], port=None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gc
 import io
 import threading
 import warnings
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from seed_agents.utils import counting, loggers
+from seed_agents.utils.gc_tuning import SERVER_THRESHOLDS, gc_for_serving
 
 # --- Counter -------------------------------------------------------------------------
 
@@ -335,3 +337,15 @@ def test_make_default_logger(tmp_path):
     ]
     _, rows = _read_csv(tmp_path / "eval.csv")
     assert rows == [{"env_steps": "5", "r": "1.0"}, {"env_steps": "10", "r": "2.0"}]
+
+
+# --- gc_for_serving ------------------------------------------------------------------
+
+
+def test_gc_for_serving_freezes_collects_less_and_restores():
+    before = gc.get_threshold()
+    with gc_for_serving():
+        assert gc.get_threshold() == SERVER_THRESHOLDS
+        assert gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0

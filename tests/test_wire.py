@@ -6,11 +6,13 @@ arrive, the result is either a valid message or a WireError, never another excep
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import struct
 
 import numpy as np
 import pytest
+from dm_env import specs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,12 +24,14 @@ from seed_agents.inference.wire import (
     Hello,
     MessageKind,
     WireError,
+    action_spec_of,
     decode_actions,
     decode_hello,
     decode_step_batch,
     encode_actions,
     encode_hello,
     encode_step_batch,
+    hello_from_specs,
     message_kind,
 )
 
@@ -65,6 +69,11 @@ def patch(message: bytes, offset: int, fmt: str, *values) -> bytes:
     out = bytearray(message)
     struct.pack_into("<" + fmt, out, offset, *values)
     return bytes(out)
+
+
+def continuous_hello(**overrides) -> Hello:
+    return hello(**dict(dict(num_actions=0, action_shape=(3,), action_dtype=np.float32),
+                        **overrides))
 
 
 def hello(**overrides) -> Hello:
@@ -159,8 +168,37 @@ def test_hello_round_trip_edge_values():
         hello(runner_id="", run_id="", observation_shape=()),
         hello(runner_id="x" * MAX_STRING_BYTES, run_id="\u00e9" * (MAX_STRING_BYTES // 2)),
         hello(num_envs=2**31 - 1, num_actions=2**31 - 1, observation_shape=(2**31 - 1,) * 8),
+        continuous_hello(action_shape=(2**31 - 1,) * 8),
+        continuous_hello(action_shape=()),
     ):
         assert decode_hello(encode_hello(sent)) == sent
+
+
+def test_continuous_hello_round_trip():
+    sent = continuous_hello(action_shape=[6])
+    received = decode_hello(encode_hello(sent))
+    assert received == sent
+    assert received.action_shape == (6,) and received.action_dtype == np.float32
+    assert received.num_actions == 0
+    # The defaults are a discrete action spec.
+    discrete = decode_hello(encode_hello(hello()))
+    assert discrete.action_shape == () and discrete.action_dtype == np.int32
+
+
+def test_hello_from_dm_env_specs():
+    obs = specs.Array((4,), np.float32)
+    discrete = hello_from_specs("r", "run", 2, obs, specs.DiscreteArray(5, dtype=np.int64))
+    assert (discrete.num_actions, discrete.action_shape, discrete.action_dtype) == (
+        5, (), np.int32)
+    continuous = hello_from_specs("r", "run", 2, obs,
+                                  specs.BoundedArray((3,), np.float32, -1.0, 1.0))
+    assert (continuous.num_actions, continuous.action_shape, continuous.action_dtype) == (
+        0, (3,), np.float32)
+    assert continuous.observation_shape == (4,) and continuous.num_envs == 2
+    assert action_spec_of(specs.BoundedArray((2,), np.float64, -1.0, 1.0))[0] == np.float32
+    for bad in (specs.Array((2,), np.int32), specs.Array((), np.bool_)):
+        with pytest.raises(ValueError, match="neither discrete"):
+            action_spec_of(bad)
 
 
 @pytest.mark.parametrize("k", [1, 64])
@@ -168,11 +206,31 @@ def test_actions_round_trip(k):
     actions = np.arange(k, dtype=np.int64) % 6
     message = encode_actions(actions)
     assert message_kind(message) == MessageKind.ACTIONS
-    assert len(message) == 8 + 4 * k
+    assert len(message) == 12 + 4 * k
     decoded = decode_actions(message, k, num_actions=6)
     assert decoded.dtype == np.int32
     np.testing.assert_array_equal(decoded, actions)
     np.testing.assert_array_equal(decode_actions(message, k), actions)
+
+
+@pytest.mark.parametrize("shape", [(1,), (3,), (2, 2), ()])
+def test_continuous_actions_round_trip(shape):
+    actions = np.random.default_rng(0).uniform(-1, 1, (5, *shape))
+    message = encode_actions(actions)  # float64 in, float32 on the wire
+    assert len(message) == 12 + 4 * len(shape) + 4 * actions.size
+    decoded = decode_actions(message, 5, action_shape=shape, action_dtype=np.float32)
+    assert decoded.dtype == np.float32 and decoded.shape == (5, *shape)
+    assert not decoded.flags.writeable and decoded.flags.aligned
+    np.testing.assert_array_equal(decoded, actions.astype(np.float32))
+
+
+def test_actions_byte_layout():
+    assert encode_actions(np.array([3, 1])) == b"".join(
+        [b"SA", bytes([PROTOCOL_VERSION, MessageKind.ACTIONS]),
+         struct.pack("<IBBH", 2, 4, 0, 0), struct.pack("<2i", 3, 1)])
+    assert encode_actions(np.array([[0.5], [-1.0]], np.float32)) == b"".join(
+        [b"SA", bytes([PROTOCOL_VERSION, MessageKind.ACTIONS]),
+         struct.pack("<IBBH", 2, 7, 1, 0), struct.pack("<I", 1), struct.pack("<2f", 0.5, -1)])
 
 
 # -- header errors -----------------------------------------------------------------------
@@ -186,8 +244,10 @@ def test_header_errors():
     message = encode_actions(np.array([1, 2]))
     with raises("bad magic b'XY'"):
         message_kind(b"XY" + message[2:])
-    with raises("unsupported protocol version 3 (this end speaks 1)"):
+    with raises(f"protocol version 3 is not supported: this end speaks {PROTOCOL_VERSION}"):
         message_kind(patch(message, 2, "B", 3))
+    with raises("protocol version 1 is not supported: this end speaks 2"):
+        decode_hello(patch(encode_hello(hello()), 2, "B", 1))
     with raises("unknown message kind 9"):
         message_kind(patch(message, 3, "B", 9))
     with raises("unknown message kind 0"):
@@ -324,6 +384,22 @@ def test_step_batch_value_errors():
     assert_batches_equal(decode4(encode_step_batch(valid)), valid)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_float_observations_must_be_finite(dtype):
+    batch = make_batch(3, (2, 2), dtype)
+    for bad in (np.nan, np.inf, -np.inf):
+        observation = batch.observation.copy()
+        observation[2, 1, 0] = bad
+        message = encode_step_batch(StepBatch(observation, batch.reward, batch.discount,
+                                              batch.step_type))
+        with raises(f"observation[2] holds {bad}: float observations must be finite"):
+            decode_step_batch(message, 3, (2, 2), dtype)
+    # The largest finite values are valid.
+    huge = np.full((3, 2, 2), np.finfo(dtype).max, dtype)
+    valid = StepBatch(huge, batch.reward, batch.discount, batch.step_type)
+    assert_batches_equal(decode_step_batch(encode_step_batch(valid), 3, (2, 2), dtype), valid)
+
+
 def test_bool_observations_must_hold_zero_or_one():
     message = encode_step_batch(make_batch(2, (3,), np.bool_))
     with raises("bool observation holds a byte other than 0 or 1"):
@@ -364,16 +440,22 @@ _NUM_ENVS_AT, _NUM_ACTIONS_AT, _H_CODE_AT, _H_NDIM_AT, _RUNNER_LEN_AT, _RUN_LEN_
     14,
     16,
 )
-_H_DIMS_AT = 18
+_H_ACTION_CODE_AT, _H_ACTION_NDIM_AT = 18, 19
+_H_DIMS_AT = 20
 
 
-def raw_hello(runner_id: bytes, run_id: bytes = b"run") -> bytes:
+def raw_hello(runner_id: bytes, run_id: bytes = b"run", num_actions: int = 3,
+              action: tuple[int, tuple[int, ...]] = (4, ())) -> bytes:
+    """A HELLO built by hand: observation float32 (5,), actions (code, shape)."""
+    code, shape = action
     return b"".join(
         [
             b"SA",
             bytes([PROTOCOL_VERSION, MessageKind.HELLO]),
-            struct.pack("<IIBBHH", 2, 3, 7, 1, len(runner_id), len(run_id)),
+            struct.pack("<IIBBHHBB", 2, num_actions, 7, 1, len(runner_id), len(run_id), code,
+                        len(shape)),
             struct.pack("<I", 5),
+            struct.pack(f"<{len(shape)}I", *shape),
             runner_id,
             run_id,
         ]
@@ -390,6 +472,9 @@ def test_hello_byte_layout():
         observation_dtype=np.float32,
     )
     assert encode_hello(sent) == raw_hello(b"ab")
+    continuous = dataclasses.replace(sent, num_actions=0, action_shape=(6,),
+                                     action_dtype=np.float32)
+    assert encode_hello(continuous) == raw_hello(b"ab", num_actions=0, action=(7, (6,)))
 
 
 def test_hello_string_errors():
@@ -412,8 +497,10 @@ def test_hello_field_errors():
     message = raw_hello(b"ab")
     with raises("num_envs must be in [1, 2**31), got 0"):
         decode_hello(patch(message, _NUM_ENVS_AT, "I", 0))
-    with raises("num_actions must be in [1, 2**31), got 2147483648"):
+    with raises("discrete actions need num_actions in [1, 2**31), got 2147483648"):
         decode_hello(patch(message, _NUM_ACTIONS_AT, "I", 2**31))
+    with raises("discrete actions need num_actions in [1, 2**31), got 0"):
+        decode_hello(patch(message, _NUM_ACTIONS_AT, "I", 0))
     with raises("unknown observation dtype code 9"):
         decode_hello(patch(message, _H_CODE_AT, "B", 9))
     with raises("observation ndim 200 exceeds the maximum of 8"):
@@ -422,7 +509,7 @@ def test_hello_field_errors():
         decode_hello(patch(message, _H_DIMS_AT, "I", 2**32 - 1))
     with raises(f"message truncated: {len(message) - 1} bytes, expected {len(message)}"):
         decode_hello(message[:-1])
-    with raises("message truncated: 10 bytes, expected at least 18"):
+    with raises("message truncated: 10 bytes, expected at least 20"):
         decode_hello(message[:10])
     with raises(f"1 trailing bytes: {len(message) + 1} bytes"):
         decode_hello(message + b"\0")
@@ -430,6 +517,31 @@ def test_hello_field_errors():
         encode_hello(hello(num_envs=0))
     with pytest.raises(ValueError, match="not supported"):
         encode_hello(hello(observation_dtype=np.uint16))
+
+
+def test_hello_action_spec_errors():
+    continuous = raw_hello(b"ab", num_actions=0, action=(7, (6,)))
+    assert decode_hello(continuous).action_shape == (6,)
+    for at, fmt, value, problem in [
+        (_NUM_ACTIONS_AT, "I", 4, "continuous (float32) actions must have num_actions 0, got 4"),
+        (_H_ACTION_CODE_AT, "B", 4, "discrete (int32) actions must have shape (), got (6,)"),
+        (_H_ACTION_CODE_AT, "B", 8, "action dtype float64 is not supported: int32 (discrete)"),
+        (_H_ACTION_CODE_AT, "B", 0, "unknown action dtype code 0"),
+        (_H_ACTION_NDIM_AT, "B", 9, "action ndim 9 exceeds the maximum of 8"),
+        (_H_DIMS_AT + 4, "I", 0, "continuous action shape (0,) has an empty dimension"),
+        (_H_DIMS_AT + 4, "I", 2**31, "action dimension 0 is 2147483648, must be < 2**31"),
+    ]:
+        with raises(problem):
+            decode_hello(patch(continuous, at, fmt, value))
+    with raises(f"message truncated: {len(continuous) - 2} bytes"):
+        decode_hello(continuous[:-2])
+    for bad, problem in ((hello(action_dtype=np.int64), "action dtype int64 is not supported"),
+                         (hello(action_shape=(2,)), "must have shape ()"),
+                         (continuous_hello(num_actions=2), "must have num_actions 0"),
+                         (hello(num_actions=0), "need num_actions in [1, 2**31)")):
+        with pytest.raises(ValueError, match=re.escape(problem)) as info:
+            encode_hello(bad)
+        assert not isinstance(info.value, WireError)
 
 
 # -- actions errors ----------------------------------------------------------------------
@@ -443,23 +555,61 @@ def test_actions_errors():
         decode_actions(message, 3, num_actions=5)
     with raises("action -1 at index 2 is out of range [0, 6)"):
         decode_actions(encode_actions(np.array([0, 1, -1])), 3, num_actions=6)
-    with raises("message truncated: 15 bytes, expected 20"):
+    with raises("message truncated: 19 bytes, expected 24"):
         decode_actions(message[:-5], 3)
-    with raises("message truncated: 6 bytes, expected at least 8"):
+    with raises("message truncated: 6 bytes, expected at least 12"):
         decode_actions(message[:6], 3)
-    with raises("2 trailing bytes: 22 bytes, expected 20"):
+    with raises("2 trailing bytes: 26 bytes, expected 24"):
         decode_actions(message + b"\0\0", 3)
-    with raises(f"message claims {8 + 4 * 2**30} bytes, more than the limit"):
+    with raises(f"message claims {12 + 4 * 2**30} bytes, more than the limit"):
         decode_actions(patch(message, 4, "I", 2**30), 2**30)
+    with raises("reserved header field is 1, must be 0"):
+        decode_actions(patch(message, 10, "H", 1), 3)
+    with raises("unknown action dtype code 99"):
+        decode_actions(patch(message, 8, "B", 99), 3)
+    with raises("action ndim 9 exceeds the maximum of 8"):
+        decode_actions(patch(message, 9, "B", 9), 3)
+    with raises("message truncated: 12 bytes, expected at least 16"):
+        decode_actions(patch(message, 9, "B", 1)[:12], 3)
+    with raises("action dtype float32 does not match the expected int32"):
+        decode_actions(encode_actions(np.zeros(3, np.float32)), 3)
+
+
+def test_continuous_actions_errors():
+    message = encode_actions(np.zeros((3, 2), np.float32))
+
+    def decode3(data, shape=(2,), dtype=np.float32):
+        return decode_actions(data, 3, action_shape=shape, action_dtype=dtype)
+
+    with raises("action dtype int32 does not match the expected float32"):
+        decode3(encode_actions(np.zeros(3, np.int32)), shape=())
+    with raises("action shape (2,) does not match the expected (3,)"):
+        decode3(message, shape=(3,))
+    with raises("action shape (2,) does not match the expected ()"):
+        decode3(message, shape=())
+    with raises("action dimension 0 is 4294967295, must be < 2**31"):
+        decode3(patch(message, 12, "I", 2**32 - 1))
+    with raises("more than the limit"):
+        decode3(patch(message, 12, "I", 2**31 - 1))
+    for bad in (np.nan, np.inf, -np.inf):
+        with raises(f"action 1 is [0.0, {bad}]: continuous actions must be finite"):
+            decode3(patch(message, 16 + 12, "f", bad))
+    with pytest.raises(ValueError, match="not supported"):
+        decode3(message, dtype=np.float64)
 
 
 def test_actions_encoding_errors():
     with pytest.raises(ValueError, match="must fit in int32"):
         encode_actions(np.array([0, 2**31], np.int64))
-    with pytest.raises(ValueError, match="must be integers"):
-        encode_actions(np.array([0.0, 1.0]))
-    with pytest.raises(ValueError, match=re.escape("actions must be [K>=1]")):
+    with pytest.raises(ValueError, match="must be integers or floats"):
+        encode_actions(np.array([1j, 1.0]))
+    with pytest.raises(ValueError, match=re.escape("discrete actions must be [K]")):
         encode_actions(np.zeros((2, 2), np.int32))
+    with pytest.raises(ValueError, match=re.escape("actions must be [K>=1, ...]")):
+        encode_actions(np.zeros(0, np.int32))
+    for bad in (np.nan, np.inf, 1e39):  # 1e39 overflows float32
+        with pytest.raises(ValueError, match="must be finite"):
+            encode_actions(np.array([[0.0], [bad]]))
 
 
 # -- fuzzing -----------------------------------------------------------------------------
@@ -475,10 +625,16 @@ def assert_valid_batch(batch: StepBatch, k: int, shape, dtype) -> None:
     assert set(batch.step_type.tolist()) <= {0, 1, 2}
     if batch.observation.dtype == np.bool_:
         assert set(batch.observation.view(np.uint8).ravel().tolist()) <= {0, 1}
+    if batch.observation.dtype.kind == "f":
+        assert np.isfinite(batch.observation).all()
 
 
-def decode_any(data: bytes, k: int, shape, dtype, num_actions: int) -> None:
-    """Every decoder on `data`: each either returns something valid or raises WireError."""
+def decode_any(data: bytes, k: int, shape, dtype, num_actions: int,
+               action_shape=(3,)) -> None:
+    """Every decoder on `data`: each either returns something valid or raises WireError.
+
+    Actions are tried both ways: discrete with `num_actions`, continuous float32 of
+    `action_shape`."""
     try:
         message_kind(data)
     except WireError:
@@ -493,9 +649,21 @@ def decode_any(data: bytes, k: int, shape, dtype, num_actions: int) -> None:
     except WireError:
         pass
     try:
+        actions = decode_actions(data, k, action_shape=action_shape, action_dtype=np.float32)
+        assert actions.shape == (k, *action_shape) and actions.dtype == np.float32
+        assert np.isfinite(actions).all()
+    except WireError:
+        pass
+    try:
         decoded = decode_hello(data)
         assert len(decoded.observation_shape) <= 8 and decoded.num_envs >= 1
         assert len(decoded.runner_id.encode()) <= MAX_STRING_BYTES
+        assert len(decoded.action_shape) <= 8
+        if decoded.action_dtype == np.int32:
+            assert decoded.action_shape == () and decoded.num_actions >= 1
+        else:
+            assert decoded.action_dtype == np.float32 and decoded.num_actions == 0
+            assert all(d >= 1 for d in decoded.action_shape)
     except WireError:
         pass
 
@@ -519,10 +687,15 @@ def valid_messages(draw):
     k = draw(st.integers(1, 6))
     shape = tuple(draw(st.lists(st.integers(0, 4), max_size=3)))
     dtype = np.dtype(draw(st.sampled_from(DTYPES)))
-    num_actions = draw(st.integers(1, 10))
+    continuous = draw(st.booleans())
+    num_actions = 0 if continuous else draw(st.integers(1, 10))
+    action_shape = tuple(draw(st.lists(st.integers(1, 3), max_size=2))) if continuous else ()
     kind = draw(st.sampled_from(list(MessageKind)))
     if kind == MessageKind.STEP_BATCH:
         message = encode_step_batch(make_batch(k, shape, dtype, seed=draw(st.integers(0, 99))))
+    elif kind == MessageKind.ACTIONS and continuous:
+        message = encode_actions(np.random.default_rng(draw(st.integers(0, 99))).uniform(
+            -1, 1, (k, *action_shape)).astype(np.float32))
     elif kind == MessageKind.ACTIONS:
         message = encode_actions(
             np.array(draw(st.lists(st.integers(0, num_actions - 1), min_size=k, max_size=k)))
@@ -536,9 +709,11 @@ def valid_messages(draw):
                 observation_shape=shape,
                 observation_dtype=dtype,
                 num_actions=num_actions,
+                action_shape=action_shape,
+                action_dtype=np.float32 if continuous else np.int32,
             )
         )
-    return kind, message, k, shape, dtype, num_actions
+    return kind, message, k, shape, dtype, num_actions, action_shape
 
 
 @st.composite
@@ -575,13 +750,17 @@ def mutate(message: bytes, edits) -> bytes:
 @FUZZ
 @given(st.data())
 def test_fuzz_mutated_valid_messages(data):
-    kind, message, k, shape, dtype, num_actions = data.draw(valid_messages())
+    kind, message, k, shape, dtype, num_actions, action_shape = data.draw(valid_messages())
     assert message_kind(message) == kind  # Unmutated: decodes with its own decoder.
     if kind == MessageKind.STEP_BATCH:
         assert_valid_batch(decode_step_batch(message, k, shape, dtype), k, shape, dtype)
+    elif kind == MessageKind.ACTIONS and num_actions == 0:
+        decoded = decode_actions(message, k, action_shape=action_shape, action_dtype=np.float32)
+        assert decoded.shape == (k, *action_shape)
     elif kind == MessageKind.ACTIONS:
         assert decode_actions(message, k, num_actions).shape == (k,)
     else:
-        assert decode_hello(message).num_actions == num_actions
+        decoded = decode_hello(message)
+        assert (decoded.num_actions, decoded.action_shape) == (num_actions, action_shape)
     mutated = mutate(message, data.draw(mutations(len(message))))
-    decode_any(mutated, k, shape, dtype, num_actions)
+    decode_any(mutated, k, shape, dtype, max(num_actions, 1), action_shape)

@@ -1,19 +1,27 @@
 """A dynamic batcher: many callers, one batched computation.
 
-Callers block in `submit` while one worker thread gathers their requests into a batch and
-runs `process` once for all of them. A batch closes when it holds `max_batch_size`
-items, when every expected caller has a request waiting, or `max_wait_s` after its first
-request arrived, whichever comes first. The last rule is why a lone environment never waits
-forever (SEED's full-batch rule deadlocks when fewer environments are active than the batch
-size); the middle one is why a small program does not pay the timeout on every step.
+Callers hand in requests (`submit` blocks until the answer; `submit_nowait` gets it in a
+callback) while one worker thread gathers them into a batch and runs `process` once for
+all of them. A batch closes when it holds `max_batch_size` items, when every expected
+caller has a request waiting, or `max_wait_s` after the worker started gathering it
+(at its first request's arrival, or when the previous batch was done), whichever comes
+first. The last rule is why a lone environment never waits forever (SEED's
+full-batch rule deadlocks when fewer environments are active than the batch size); the
+middle one is why a small program does not pay the timeout on every step.
+
+Who is expected: at most `expected_requests()` callers (e.g. the connected runners) and,
+with `active_window_s`, only callers that submitted within the last `active_window_s`
+seconds. A caller that connected and went silent (or never spoke) then holds batches back
+for at most that window, not forever: one idle runner must not make every other runner
+wait `max_wait_s` on every step.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from seed_agents.utils.counting import LatencyHistogram
@@ -23,16 +31,26 @@ class BatcherClosedError(RuntimeError):
     """The batcher was closed while a request was waiting."""
 
 
-class _Request:
-    __slots__ = ("payload", "size", "result", "error", "done", "submitted")
+Callback = Callable[[Any, "BaseException | None"], None]
 
-    def __init__(self, payload: Any, size: int):
+
+class _Request:
+    __slots__ = ("payload", "size", "result", "error", "done", "callback", "submitted")
+
+    def __init__(self, payload: Any, size: int, callback: Callback | None):
         self.payload = payload
         self.size = size
         self.submitted = time.monotonic()
         self.result: Any = None
         self.error: BaseException | None = None
-        self.done = threading.Event()
+        self.callback = callback
+        self.done = threading.Event() if callback is None else None
+
+    def finish(self) -> None:
+        if self.callback is None:
+            self.done.set()
+        else:
+            self.callback(self.result, self.error)
 
 
 class DynamicBatcher:
@@ -40,8 +58,10 @@ class DynamicBatcher:
 
     `expected_requests()` tells how many callers may have a request in flight at most
     (e.g. the number of connected runners, each with one synchronous request); when that
-    many are waiting, the batch closes at once. An exception from `process` is raised in
-    every caller of that batch; the batcher keeps serving later requests.
+    many are waiting, the batch closes at once. With `active_window_s`, callers name
+    themselves (`caller=`) and only those seen within the window are expected (see the
+    module docstring). An exception from `process` is raised in every caller of that
+    batch; the batcher keeps serving later requests.
 
     It counts what it does, for `stats()`: batches, items, requests, the seconds requests
     waited in the queue before their batch closed, the seconds `process` ran, and each
@@ -56,16 +76,23 @@ class DynamicBatcher:
         max_wait_s: float = 0.002,
         expected_requests: Callable[[], int] | None = None,
         name: str = "dynamic-batcher",
+        active_window_s: float | None = None,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}.")
         if max_wait_s < 0:
             raise ValueError(f"max_wait_s must be >= 0, got {max_wait_s}.")
+        if active_window_s is not None and active_window_s <= 0:
+            raise ValueError(f"active_window_s must be > 0, got {active_window_s}.")
         self._process = process
         self._max_batch_size = max_batch_size
         self._max_wait_s = max_wait_s
         self._expected_requests = expected_requests
+        self._active_window_s = active_window_s
+        # caller -> when it last submitted, oldest first: expiring is popping the front.
+        self._recent: OrderedDict[Hashable, float] = OrderedDict()
         self._pending: deque[_Request] = deque()
+        self._pending_size = 0
         self._cond = threading.Condition()
         self._closed = False
         self.batches = 0
@@ -77,18 +104,43 @@ class DynamicBatcher:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, payload: Any, size: int = 1) -> Any:
+    def submit(self, payload: Any, size: int = 1, caller: Hashable | None = None) -> Any:
         """Blocks until the batch holding `payload` (of `size` items) is processed."""
-        request = _Request(payload, size)
-        with self._cond:
-            if self._closed:
-                raise BatcherClosedError("The batcher is closed.")
-            self._pending.append(request)
-            self._cond.notify()
+        request = _Request(payload, size, None)
+        self._enqueue(request, caller)
         request.done.wait()
         if request.error is not None:
             raise request.error
         return request.result
+
+    def submit_nowait(
+        self, payload: Any, size: int, callback: Callback, caller: Hashable | None = None
+    ) -> None:
+        """Queues `payload`; `callback(result, error)` runs on the worker thread once its
+        batch is processed (error None on success), or with `BatcherClosedError` if the
+        batcher closes first. It must be quick and must not raise: hand the result over
+        to the caller's own thread or loop. Raises `BatcherClosedError` if closed now."""
+        self._enqueue(_Request(payload, size, callback), caller)
+
+    def _enqueue(self, request: _Request, caller: Hashable | None) -> None:
+        with self._cond:
+            if self._closed:
+                raise BatcherClosedError("The batcher is closed.")
+            self._pending.append(request)
+            self._pending_size += request.size
+            if caller is not None and self._active_window_s is not None:
+                self._recent[caller] = request.submitted
+                self._recent.move_to_end(caller)
+            # The worker needs waking only to start a batch's clock or to close it early;
+            # otherwise its timed wait ends the batch. One wake-up per batch, not per caller.
+            # Callers gone idle are expired by the worker, not here: a stale count only
+            # delays an early close to the worker's own next check.
+            pending = len(self._pending)
+            if (pending == 1 or self._pending_size >= self._max_batch_size
+                    or (self._active_window_s is not None and pending >= len(self._recent))
+                    or (self._expected_requests is not None
+                        and pending >= self._expected_requests())):
+                self._cond.notify()
 
     def stats(self) -> dict[str, Any]:
         """Cumulative counts since start: batches, items, requests, queue_wait_s,
@@ -109,13 +161,27 @@ class DynamicBatcher:
             self._cond.notify_all()
         self._thread.join(timeout_s)
 
-    def _batch_ready(self, size: int, deadline: float) -> bool:
-        if size >= self._max_batch_size or time.monotonic() >= deadline:
+    def expected_callers(self) -> int | None:
+        """How many callers a batch waits for now (None: no early-close rule)."""
+        with self._cond:
+            return self._expected()
+
+    def _expected(self) -> int | None:
+        expected = None if self._expected_requests is None else self._expected_requests()
+        if self._active_window_s is not None:
+            horizon = time.monotonic() - self._active_window_s
+            recent = self._recent
+            while recent and next(iter(recent.values())) < horizon:
+                recent.popitem(last=False)
+            expected = len(recent) if expected is None else min(expected, len(recent))
+        return expected
+
+    def _closes_early(self) -> bool:
+        """Full, or every expected caller waiting (the lock held)."""
+        if self._pending_size >= self._max_batch_size:
             return True
-        return (
-            self._expected_requests is not None
-            and len(self._pending) >= self._expected_requests()
-        )
+        expected = self._expected()
+        return expected is not None and len(self._pending) >= expected
 
     def _next_batch(self) -> list[_Request] | None:
         with self._cond:
@@ -123,17 +189,25 @@ class DynamicBatcher:
                 self._cond.wait()
             if self._closed:
                 return None
+            # The clock starts when gathering starts: at the first request's arrival, or
+            # as the previous batch ends when requests queued meanwhile (they get the
+            # same chance as the first ones to be joined by the rest).
             deadline = time.monotonic() + self._max_wait_s
-            while not self._closed:
-                size = sum(r.size for r in self._pending)
-                if self._batch_ready(size, deadline):
+            while not self._closed and not self._closes_early():
+                now = time.monotonic()
+                remaining = deadline - now
+                if remaining <= 0:
                     break
-                self._cond.wait(max(deadline - time.monotonic(), 0.0))
+                if self._recent:  # Wake when the longest-silent caller stops counting.
+                    expiry = next(iter(self._recent.values())) + self._active_window_s
+                    remaining = min(remaining, max(expiry - now, 0.0) + 1e-4)
+                self._cond.wait(remaining)
             batch = [self._pending.popleft()]
             size = batch[0].size
             while self._pending and size + self._pending[0].size <= self._max_batch_size:
                 size += self._pending[0].size
                 batch.append(self._pending.popleft())
+            self._pending_size -= size
             return batch
 
     def _run(self) -> None:
@@ -162,10 +236,11 @@ class DynamicBatcher:
             self.queue_wait_s += waited
             # Counted before anyone is released: a caller that returns sees its batch.
             for request in batch:
-                request.done.set()
+                request.finish()
         with self._cond:
             leftover = list(self._pending)
             self._pending.clear()
+            self._pending_size = 0
         for request in leftover:
             request.error = BatcherClosedError("The batcher was closed.")
-            request.done.set()
+            request.finish()

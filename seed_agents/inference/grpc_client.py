@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import grpc
 import numpy as np
@@ -71,8 +72,10 @@ class RemoteInference:
 
     One caller at a time: a call sends one batch and blocks until its actions arrive, at
     most `timeout_s` (then the stream is cancelled and `StreamError(DEADLINE_EXCEEDED)` is
-    raised). The returned actions are a read-only int32 view, valid until the next call.
-    `close()` from another thread cancels a call in flight.
+    raised). The returned actions are a read-only view, valid until the next call: int32
+    [K] for discrete actions, float32 [K, *action_shape] for continuous ones, as the
+    HELLO announced. `close()` from another thread cancels a call in flight.
+    `channel_options` are extra gRPC channel options (e.g. `TLSConfig.channel_options`).
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class RemoteInference:
         auth_token: str | None = None,
         channel_credentials: grpc.ChannelCredentials | None = None,
         timeout_s: float = 60.0,
+        channel_options: Sequence[tuple[str, Any]] = (),
     ):
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}.")
@@ -89,12 +93,11 @@ class RemoteInference:
         self.hello = hello
         self.timeout_s = timeout_s
         hello_bytes = wire.encode_hello(hello)  # Raises here, not in gRPC's sender thread.
+        options = [*MESSAGE_SIZE_OPTIONS, *channel_options]
         if channel_credentials is None:
-            self._channel = grpc.insecure_channel(address, options=MESSAGE_SIZE_OPTIONS)
+            self._channel = grpc.insecure_channel(address, options=options)
         else:
-            self._channel = grpc.secure_channel(
-                address, channel_credentials, options=MESSAGE_SIZE_OPTIONS
-            )
+            self._channel = grpc.secure_channel(address, channel_credentials, options=options)
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._responses: queue.SimpleQueue = queue.SimpleQueue()
         self._requests.put(hello_bytes)
@@ -151,7 +154,9 @@ class RemoteInference:
         if isinstance(reply, BaseException):
             self._error = reply
             raise reply
-        return wire.decode_actions(reply, k, self.hello.num_actions)
+        hello = self.hello
+        return wire.decode_actions(reply, k, hello.num_actions or None, hello.action_shape,
+                                   hello.action_dtype)
 
     def close(self) -> None:
         """Ends the stream and the channel; the server then discards partial unrolls.

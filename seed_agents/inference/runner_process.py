@@ -23,16 +23,16 @@ import uuid
 from typing import Any
 
 import grpc
-from dm_env import specs
 
 from seed_agents.envs.registry import EnvironmentFactory, environment_factory
 from seed_agents.inference import wire
 from seed_agents.inference.grpc_client import RemoteInference
 from seed_agents.inference.runner import EnvRunner, runner_reporter
+from seed_agents.inference.security import TOKEN_ENV, TLSConfig, read_token_file
 
 logger = logging.getLogger(__name__)
 
-AUTH_TOKEN_ENV = "SEED_AGENTS_INFERENCE_TOKEN"
+AUTH_TOKEN_ENV = TOKEN_ENV
 _INITIAL_BACKOFF_S = 0.1
 
 # The server is gone, restarting or unreachable: worth another stream.
@@ -74,7 +74,9 @@ class RemoteRunner:
 
     `run_id` identifies this process's lifetime: it stays the same across reconnects, and
     a restarted process gets a new one, so the server can tell them apart. `stats` is
-    updated as it runs (readable from another thread).
+    updated as it runs (readable from another thread). Its HELLO comes from the
+    environments' specs (discrete or continuous actions). `tls` (the CA to trust and the
+    name to expect) replaces `channel_credentials` when given.
     """
 
     def __init__(
@@ -89,21 +91,22 @@ class RemoteRunner:
         max_backoff_s: float = 5.0,
         timeout_s: float = 60.0,
         channel_credentials: grpc.ChannelCredentials | None = None,
+        tls: TLSConfig | None = None,
     ):
         if max_backoff_s < _INITIAL_BACKOFF_S:
             raise ValueError(f"max_backoff_s must be >= {_INITIAL_BACKOFF_S}, got {max_backoff_s}.")
         self.address = address
         self.runner = EnvRunner(environment_factory(environment), num_envs, seed)
-        self.hello = wire.Hello(
-            runner_id=runner_id or f"{socket.gethostname()}-{os.getpid()}",
-            run_id=run_id or uuid.uuid4().hex,
-            num_envs=num_envs,
-            observation_shape=self.runner.envs[0].observation_spec().shape,
-            observation_dtype=self.runner.envs[0].observation_spec().dtype,
-            num_actions=_num_actions(self.runner.envs[0].action_spec()),
-        )
+        env = self.runner.envs[0]
+        self.hello = wire.hello_from_specs(
+            runner_id or f"{socket.gethostname()}-{os.getpid()}", run_id or uuid.uuid4().hex,
+            num_envs, env.observation_spec(), env.action_spec())
         self._auth_token = auth_token
         self._credentials = channel_credentials
+        self._channel_options = ()
+        if tls is not None:
+            self._credentials = tls.channel_credentials()
+            self._channel_options = tls.channel_options()
         self._timeout_s = timeout_s
         self._max_backoff_s = max_backoff_s
         self._reconnects = 0
@@ -126,7 +129,8 @@ class RemoteRunner:
             before = self.runner.rounds
             try:
                 with RemoteInference(
-                    self.address, self.hello, self._auth_token, self._credentials, self._timeout_s
+                    self.address, self.hello, self._auth_token, self._credentials,
+                    self._timeout_s, self._channel_options,
                 ) as infer:
                     remaining = None if max_steps is None else max_steps - self.runner.rounds
                     self.runner.run(infer, stop_event, remaining)
@@ -164,12 +168,6 @@ class RemoteRunner:
         self.runner.close()
 
 
-def _num_actions(action_spec: specs.Array) -> int:
-    if not isinstance(action_spec, specs.DiscreteArray):
-        raise TypeError(f"Remote runners need a discrete action spec, got {action_spec!r}.")
-    return int(action_spec.num_values)
-
-
 def run_runner(
     address: str,
     environment: str | EnvironmentFactory,
@@ -183,7 +181,7 @@ def run_runner(
     """Runs `num_envs` environments against the server at `address`; returns the stats.
 
     `options` are `RemoteRunner`'s (seed, runner_id, run_id, auth_token, max_backoff_s,
-    timeout_s); `run_id` defaults to a fresh uuid per call (one process start). See
+    timeout_s, tls); `run_id` defaults to a fresh uuid per call (one process start). See
     `RemoteRunner.run` for when it blocks, retries and raises. With `logdir`, the
     runner's rates (`runner_rates`: env steps/s, its round trip p50/p99, env and
     inference time shares) go to `<logdir>/<runner_id>.csv` every `log_every_s`.
@@ -216,8 +214,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=60.0)
     parser.add_argument("--logdir", default=None,
                         help="write this runner's rates to <logdir>/<runner id>.csv")
+    parser.add_argument("--token-file", default=None,
+                        help=f"file holding the service's token (default: ${TOKEN_ENV})")
+    parser.add_argument("--tls-ca", default=None,
+                        help="PEM certificate to trust: connect with TLS (the service's CA "
+                             "or its self-signed certificate)")
+    parser.add_argument("--tls-server-name", default=TLSConfig.server_name,
+                        help="name expected in the service's certificate "
+                             "(default: %(default)s)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        # From a file or the environment, not argv: a command line is visible to every user.
+        token = (read_token_file(args.token_file) if args.token_file
+                 else os.environ.get(TOKEN_ENV) or None)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    tls = None
+    if args.tls_ca:
+        # A runner needs only what it trusts; cert and key stay on the learner's machine.
+        tls = TLSConfig(ca=args.tls_ca, server_name=args.tls_server_name or None)
 
     stop_event = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -226,9 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         stats = run_runner(
             args.address, args.env, args.num_envs, seed=args.seed, runner_id=args.runner_id,
             run_id=args.run_id, stop_event=stop_event, max_steps=args.max_steps,
-            # From the environment, not argv: a command line is visible to every user.
-            auth_token=os.environ.get(AUTH_TOKEN_ENV) or None,
-            max_backoff_s=args.max_backoff_s, timeout_s=args.timeout_s, logdir=args.logdir,
+            auth_token=token, tls=tls, max_backoff_s=args.max_backoff_s,
+            timeout_s=args.timeout_s, logdir=args.logdir,
         )
     except InferenceRejectedError as error:
         print(f"error: {error}", file=sys.stderr)

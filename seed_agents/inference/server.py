@@ -21,7 +21,7 @@ import numpy as np
 import tree
 
 from seed_agents.core import Policy
-from seed_agents.inference.batcher import DynamicBatcher
+from seed_agents.inference.batcher import Callback, DynamicBatcher
 from seed_agents.inference.protocol import FIRST, LAST, StepBatch
 from seed_agents.replay import unrolls
 from seed_agents.specs import EnvironmentSpec
@@ -37,11 +37,15 @@ class InferenceConfig:
         environments than this fails with a clear error.
       max_batch_size: most environments in one policy call.
       max_wait_ms: longest a request waits for others to join its batch.
+      active_window_ms: a batch closes early once every client that stepped within this
+        window has a request waiting; a client silent for longer (a stalled or idle
+        runner) no longer holds anyone's batch back (see `DynamicBatcher`).
     """
 
     max_envs: int = 1024
     max_batch_size: int = 256
     max_wait_ms: float = 2.0
+    active_window_ms: float = 1000.0
 
     def __post_init__(self):
         if self.max_envs < 1:
@@ -50,6 +54,8 @@ class InferenceConfig:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}.")
         if self.max_wait_ms < 0:
             raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}.")
+        if self.active_window_ms <= 0:
+            raise ValueError(f"active_window_ms must be > 0, got {self.active_window_ms}.")
 
 
 class EpisodeStats:
@@ -157,6 +163,7 @@ class InferenceServer:
             max_wait_s=config.max_wait_ms / 1000.0,
             expected_requests=lambda: len(self._clients),
             name="inference-batcher",
+            active_window_s=config.active_window_ms / 1000.0,
         )
 
     # -- client lifecycle --------------------------------------------------------------
@@ -166,10 +173,13 @@ class InferenceServer:
 
         A client that connects again under the same `client_id` with a new `run_id` (a
         restarted process) gets fresh slots: its old environments' state and partial
-        unrolls are dropped, never written.
+        unrolls are dropped, never written. Without `run_id` the server makes one; an
+        empty one is refused (a `disconnect` naming it could never match).
         """
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
+        if run_id == "":
+            raise ValueError("run_id must not be empty (None: the server makes one).")
         run_id = run_id or uuid.uuid4().hex
         with self._lock:
             if client_id in self._clients:
@@ -203,6 +213,11 @@ class InferenceServer:
     def num_clients(self) -> int:
         return len(self._clients)
 
+    @property
+    def max_envs(self) -> int:
+        """Environment slots in all (`InferenceConfig.max_envs`)."""
+        return self._config.max_envs
+
     # -- stepping ----------------------------------------------------------------------
 
     def step(self, client_id: str, batch: StepBatch) -> np.ndarray:
@@ -211,11 +226,29 @@ class InferenceServer:
         Raises ValueError (before anything reaches the batch) when the batch does not match
         the environment spec or the client's number of environments.
         """
+        client = self._checked_client(client_id, batch)
+        return self._batcher.submit((client, batch), size=len(client.slots), caller=client)
+
+    def submit(self, client_id: str, batch: StepBatch, callback: Callback,
+               validated: bool = False) -> None:
+        """`step` without blocking: `callback(actions, error)` runs on the batcher thread
+        (see `DynamicBatcher.submit_nowait`). Raises as `step` does before queueing;
+        `validated` skips the checks of `batch` against the spec that the caller already
+        made (the wire decoder makes them all)."""
+        client = self._checked_client(client_id, batch, validated)
+        self._batcher.submit_nowait((client, batch), len(client.slots), callback, client)
+
+    def _checked_client(self, client_id: str, batch: StepBatch,
+                        validated: bool = False) -> _Client:
         client = self._clients.get(client_id)
         if client is None:
             raise ValueError(f"Unknown client {client_id!r}: connect first.")
-        self._validate(batch, len(client.slots))
-        return self._batcher.submit((client, batch), size=len(client.slots))
+        if not validated:
+            self._validate(batch, len(client.slots))
+        elif len(batch.step_type) != len(client.slots):
+            raise ValueError(f"batch has {len(batch.step_type)} environments, client "
+                             f"{client_id!r} has {len(client.slots)}.")
+        return client
 
     def _validate(self, batch: StepBatch, num_envs: int) -> None:
         obs = batch.observation
@@ -243,7 +276,8 @@ class InferenceServer:
             # Requests of clients that disconnected meanwhile: answered, never recorded.
             live = iter(self._process([r for r, x in zip(requests, stale, strict=True) if not x]))
             return [
-                np.zeros(len(c.slots), self._prev_action.dtype) if x else next(live)
+                np.zeros((len(c.slots), *self._prev_action.shape[1:]), self._prev_action.dtype)
+                if x else next(live)
                 for (c, _), x in zip(requests, stale, strict=True)
             ]
         if len(requests) == 1:

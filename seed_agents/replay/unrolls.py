@@ -107,6 +107,7 @@ class UnrollWriter:
         self._timeout_s = timeout_s
         self._stop_event = stop_event or threading.Event()
         self._priority_fn = priority_fn
+        self._closed = False
 
     def write(self, unroll: Mapping[str, Any]) -> None:
         """Appends `unroll` as one step and inserts it as one item (Reverb copies it)."""
@@ -136,8 +137,13 @@ class UnrollWriter:
                     ) from None
 
     def close(self) -> None:
-        """Ends the writer's stream without waiting for unconfirmed items."""
-        self._writer.close(block=False)
+        """Ends the writer's stream; items not yet confirmed may be lost (`flush` first to
+        keep them). Idempotent. dm-reverb 0.14's `TrajectoryWriter.close` takes no
+        arguments."""
+        if self._closed:
+            return
+        self._closed = True
+        self._writer.close()
 
 
 class UnrollAdder:
