@@ -47,7 +47,6 @@ from seed_agents.inference.grpc_service import InferenceService
 from seed_agents.inference.runner import EnvRunner, runner_reporter
 from seed_agents.inference.runner_process import run_runner_until_signalled
 from seed_agents.inference.server import EpisodeStats, InferenceConfig
-from seed_agents.specs import make_environment_spec
 from seed_agents.utils.checkpointing import replay_items, run_learner
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import Logger, make_default_logger
@@ -96,9 +95,7 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
     np.random.seed(experiment.seed)
     builder = experiment.builder
     make_env = environment_factory(experiment.environment)
-    probe = make_env(experiment.seed)
-    spec = make_environment_spec(probe)
-    probe.close()
+    spec = experiment.environment_spec()
     make_networks = experiment.network_factory or builder.make_networks
     if (line := experiment.precision_line()) is not None:
         print(line, file=stream, flush=True)
@@ -262,7 +259,7 @@ def _local_actor(builder, make_networks, spec, client, learner, stop, index, exp
                                  num_envs=experiment.num_envs)
     adder = builder.make_adder(client, 1, spec, policy, stop)
     actor = builder.make_actor(policy, adder, learner, networks.variables, update_period=100,
-                               env_id=index)
+                               env_id=index, action_spec=spec.actions)
     actor.update(wait=True)
     return actor
 

@@ -41,12 +41,7 @@ def make_program(experiment: Experiment) -> Program:
 
 
 def _agent(experiment: Experiment, evaluation: bool = False) -> tuple[Any, Any, Any]:
-    from seed_agents.envs import environment_factory
-    from seed_agents.specs import make_environment_spec
-
-    env = environment_factory(experiment.environment)(experiment.seed)
-    spec = make_environment_spec(env)
-    env.close()
+    spec = experiment.environment_spec()
     make_networks = experiment.network_factory or experiment.builder.make_networks
     networks = make_networks(spec)
     policy = experiment.builder.make_policy(networks, spec, evaluation=evaluation,
@@ -226,10 +221,11 @@ def evaluator_node(context: NodeContext, experiment: Experiment) -> None:
     from seed_agents.envs import environment_factory
     from seed_agents.utils.loggers import CSVLogger, NoOpLogger
 
-    _, networks, policy = _agent(experiment, evaluation=True)
+    spec, networks, policy = _agent(experiment, evaluation=True)
     control = context.handles["control"].dereference()
     env = environment_factory(experiment.environment)(experiment.seed + 999_983)
-    loop = EnvironmentLoop(env, PolicyActor(policy), stop_event=context.stop_event)
+    loop = EnvironmentLoop(env, PolicyActor(policy, action_spec=spec.actions),
+                           stop_event=context.stop_event)
     logger = CSVLogger(context.logdir, "evaluator") if context.logdir else NoOpLogger()
     try:
         while not context.stop_event.is_set():

@@ -24,6 +24,7 @@ from seed_agents.core import Policy
 from seed_agents.inference.batcher import DynamicBatcher
 from seed_agents.inference.protocol import FIRST, LAST, StepBatch
 from seed_agents.replay import unrolls
+from seed_agents.replay.adder import Adder
 from seed_agents.specs import EnvironmentSpec
 from seed_agents.utils.counting import Counter
 
@@ -101,7 +102,7 @@ class InferenceServer:
         self,
         policy: Policy,
         env_spec: EnvironmentSpec,
-        adder: unrolls.UnrollAdder | None,
+        adder: Adder | None,
         config: InferenceConfig | None = None,
         counter: Counter | None = None,
         stats: EpisodeStats | None = None,
@@ -224,7 +225,8 @@ class InferenceServer:
             # Requests of clients that disconnected meanwhile: answered, never recorded.
             live = iter(self._process([r for r, x in zip(requests, stale, strict=True) if not x]))
             return [
-                np.zeros(len(c.slots), self._prev_action.dtype) if x else next(live)
+                np.zeros((len(c.slots), *self._prev_action.shape[1:]), self._prev_action.dtype)
+                if x else next(live)
                 for (c, _), x in zip(requests, stale, strict=True)
             ]
         if len(requests) == 1:
