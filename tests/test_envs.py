@@ -312,7 +312,7 @@ def test_registry_builds_fake_with_options():
         ("fake:terminate=maybe", r"'terminate=maybe'.*true"),
         ("fake:obs=0x3", r"'obs=0x3'"),
         ("fake:len=2,len=3", r"'len' given twice"),
-        ("nope:x", r"'nope'.*known prefixes: atari, fake, gym, mask"),
+        ("nope:x", r"'nope'.*known prefixes: atari, dmc, fake, gym, mask"),
         ("CartPole-v1", r"Did you mean 'gym:CartPole-v1'"),
         ("gym:", r"needs a gymnasium id"),
         ("gym:NoSuchEnv-v0", r"gym:NoSuchEnv-v0"),

@@ -1,4 +1,6 @@
-"""The replay settings every n-step transition agent has, checked in one place."""
+"""The settings every n-step transition agent has, checked in one place: replay and
+acting (`TransitionReplayConfig`), and the actor-critic fields SAC and D4PG share
+(`ActorCriticConfig`)."""
 
 from __future__ import annotations
 
@@ -64,6 +66,36 @@ class TransitionReplayConfig:
         """The rate limiter's error buffer, in sampled items (at least one insert's)."""
         return max(self.min_replay_size * self.samples_per_insert
                    * self.samples_per_insert_tolerance_rate, self.samples_per_insert, 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorCriticConfig(TransitionReplayConfig):
+    """An actor, critics on (observation, action), Adam, Polyak-averaged targets.
+
+    Fields:
+      actor_hidden_sizes, critic_hidden_sizes: ReLU MLP layers of the policy and of each
+        critic (a critic sees the observation and the action, concatenated).
+      learning_rate: Adam's step for every network.
+      tau: Polyak averaging step of the target networks (1 copies).
+      max_gradient_norm: global-norm gradient clipping of each loss; None disables it.
+    """
+
+    actor_hidden_sizes: tuple[int, ...] = (256, 256)
+    critic_hidden_sizes: tuple[int, ...] = (256, 256)
+    learning_rate: float = 3e-4
+    tau: float = 0.005
+    max_gradient_norm: float | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("actor_hidden_sizes", "critic_hidden_sizes"):
+            object.__setattr__(self, name, check_sizes(getattr(self, name), name))
+        check_positive(self, "learning_rate")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {self.tau}.")
+        if self.max_gradient_norm is not None and self.max_gradient_norm <= 0:
+            raise ValueError(f"max_gradient_norm must be > 0 or None, "
+                             f"got {self.max_gradient_norm}.")
 
 
 def check_positive(config: object, *names: str) -> None:

@@ -33,6 +33,16 @@ def clip_gradients(gradients: list[tf.Tensor],
     return gradients, norm
 
 
+def minimize(tape: tf.GradientTape, loss: tf.Tensor, variables: list[tf.Variable],
+             optimizer: tf.keras.optimizers.Optimizer,
+             max_norm: float | None) -> tf.Tensor:
+    """One optimizer step on `loss` (recorded by `tape`) over `variables`, its gradients
+    clipped to `max_norm` (None: not clipped); returns their norm, for the metrics."""
+    gradients, norm = clip_gradients(tape.gradient(loss, variables), max_norm)
+    optimizer.apply_gradients(zip(gradients, variables, strict=True))
+    return norm
+
+
 class TransitionLearner(core.Learner):
     """One `_train` call per batch; `step` returns {} when no batch came in time (see
     `Batches`), so the caller's loop sees its stop event.

@@ -18,6 +18,8 @@ import dm_env
 import numpy as np
 from dm_env import specs
 
+from seed_agents.envs.wrapper import EnvironmentWrapper
+
 
 def needs_canonical_actions(spec: specs.Array) -> bool:
     """Whether `spec` is a bounded float action vector (what `CanonicalActions` wraps)."""
@@ -31,7 +33,7 @@ def is_canonical(spec: specs.Array) -> bool:
             and bool(np.all(spec.minimum == -1.0)) and bool(np.all(spec.maximum == 1.0)))
 
 
-class CanonicalActions(dm_env.Environment):
+class CanonicalActions(EnvironmentWrapper):
     """Presents an environment with bounded float actions as one with float32 [-1, 1]^d.
 
     `step(a)` sends `minimum + (a + 1) / 2 * (maximum - minimum)` in the inner action
@@ -53,18 +55,13 @@ class CanonicalActions(dm_env.Environment):
         if not (np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all()):
             raise ValueError(f"CanonicalActions needs finite bounds with minimum < maximum, "
                              f"got {inner!r}.")
-        self._environment = environment
+        super().__init__(environment)
         self._inner_dtype = np.dtype(inner.dtype)
         self._offset = (high + low) / 2.0
         self._scale = (high - low) / 2.0
         self._spec = specs.BoundedArray(inner.shape, np.float32, -1.0, 1.0,
                                         name=inner.name or "action")
         self.bad_actions = 0
-
-    @property
-    def environment(self) -> dm_env.Environment:
-        """The wrapped environment."""
-        return self._environment
 
     def scale(self, action: Any) -> np.ndarray:
         """The inner environment's action for `action` in [-1, 1]^d (clipped, counted)."""
@@ -78,26 +75,5 @@ class CanonicalActions(dm_env.Environment):
     def step(self, action: Any) -> dm_env.TimeStep:
         return self._environment.step(self.scale(action))
 
-    def reset(self) -> dm_env.TimeStep:
-        return self._environment.reset()
-
     def action_spec(self) -> specs.BoundedArray:
         return self._spec
-
-    def observation_spec(self) -> Any:
-        return self._environment.observation_spec()
-
-    def reward_spec(self) -> Any:
-        return self._environment.reward_spec()
-
-    def discount_spec(self) -> Any:
-        return self._environment.discount_spec()
-
-    def close(self) -> None:
-        self._environment.close()
-
-    def __getattr__(self, name: str) -> Any:
-        # What the wrapper does not define (e.g. `gym_env`, `physics`) is the inner one's.
-        if name == "_environment":
-            raise AttributeError(name)
-        return getattr(self._environment, name)

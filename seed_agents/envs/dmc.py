@@ -23,6 +23,7 @@ import numpy as np
 from dm_env import specs
 
 from seed_agents.envs.action_scaling import CanonicalActions
+from seed_agents.envs.wrapper import EnvironmentWrapper
 
 _USAGE = "expected 'dmc:<domain>-<task>', e.g. 'dmc:walker-walk' or 'dmc:cheetah-run'"
 
@@ -54,18 +55,17 @@ def parse_dmc_id(rest: str) -> tuple[str, str]:
     return domain, task
 
 
-class FlatObservations(dm_env.Environment):
+class FlatObservations(EnvironmentWrapper):
     """A dm_env whose observations are a dict of arrays, seen as one float32 vector."""
 
     def __init__(self, environment: dm_env.Environment):
-        self._environment = environment
+        super().__init__(environment)
         inner = environment.observation_spec()
         if not isinstance(inner, Mapping):
             raise TypeError(f"FlatObservations needs dict observations, got {inner!r}.")
         self._keys = list(inner)
         size = sum(int(np.prod(inner[key].shape)) for key in self._keys)
         self._spec = specs.Array((size,), np.float32, name="observation")
-        self._buffer_size = size
 
     def _flatten(self, timestep: dm_env.TimeStep) -> dm_env.TimeStep:
         observation = np.concatenate(
@@ -84,22 +84,11 @@ class FlatObservations(dm_env.Environment):
     def observation_spec(self) -> specs.Array:
         return self._spec
 
-    def action_spec(self) -> Any:
-        return self._environment.action_spec()
-
     def reward_spec(self) -> specs.Array:
         return specs.Array((), np.float32, name="reward")
 
     def discount_spec(self) -> specs.BoundedArray:
         return specs.BoundedArray((), np.float32, 0.0, 1.0, name="discount")
-
-    def close(self) -> None:
-        self._environment.close()
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "_environment":
-            raise AttributeError(name)
-        return getattr(self._environment, name)
 
 
 def make_dmc(rest: str, seed: int | None = None) -> dm_env.Environment:

@@ -39,16 +39,9 @@ def prioritized_table(
     `error_buffer` (default: a generous 100 batches' worth) is how far the ratio may drift
     before the faster side blocks, so short hiccups on either side stall nobody.
     """
-    if max_size < 1:
-        raise ValueError(f"max_size must be >= 1, got {max_size}.")
+    _check_limits(max_size, samples_per_insert, min_size_to_sample)
     if not 0.0 <= priority_exponent:
         raise ValueError(f"priority_exponent must be >= 0, got {priority_exponent}.")
-    if samples_per_insert <= 0:
-        raise ValueError(f"samples_per_insert must be > 0, got {samples_per_insert}.")
-    if not 1 <= min_size_to_sample <= max_size:
-        raise ValueError(
-            f"min_size_to_sample must be in [1, max_size={max_size}], got {min_size_to_sample}."
-        )
     if error_buffer is None:
         error_buffer = max(100.0 * samples_per_insert, 2.0 * samples_per_insert)
     return reverb.Table(
@@ -84,14 +77,7 @@ def rate_limited_table(
     ahead before it blocks: the learner waits for data, or the writers (and with them the
     inference server's batches) wait for the learner.
     """
-    if max_size < 1:
-        raise ValueError(f"max_size must be >= 1, got {max_size}.")
-    if samples_per_insert <= 0:
-        raise ValueError(f"samples_per_insert must be > 0, got {samples_per_insert}.")
-    if not 1 <= min_size_to_sample <= max_size:
-        raise ValueError(
-            f"min_size_to_sample must be in [1, max_size={max_size}], got {min_size_to_sample}."
-        )
+    _check_limits(max_size, samples_per_insert, min_size_to_sample)
     # Reverb refuses a buffer that cannot hold one insert's worth of samples.
     if error_buffer < max(1.0, samples_per_insert):
         raise ValueError(f"error_buffer must be >= max(1, samples_per_insert="
@@ -108,3 +94,14 @@ def rate_limited_table(
         ),
         signature=signature,
     )
+
+
+def _check_limits(max_size: int, samples_per_insert: float, min_size_to_sample: int) -> None:
+    if max_size < 1:
+        raise ValueError(f"max_size must be >= 1, got {max_size}.")
+    if samples_per_insert <= 0:
+        raise ValueError(f"samples_per_insert must be > 0, got {samples_per_insert}.")
+    if not 1 <= min_size_to_sample <= max_size:
+        raise ValueError(
+            f"min_size_to_sample must be in [1, max_size={max_size}], got {min_size_to_sample}."
+        )

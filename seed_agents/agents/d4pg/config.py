@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from seed_agents.agents.replay_config import (
-    TransitionReplayConfig,
-    check_positive,
-    check_sizes,
-)
+from seed_agents.agents.replay_config import ActorCriticConfig
 
 
 @dataclasses.dataclass(frozen=True)
-class D4PGConfig(TransitionReplayConfig):
+class D4PGConfig(ActorCriticConfig):
     """Everything the D4PG builder, learner and policy need to agree on.
 
     Acme's defaults where they fit two CPU cores: 5-step returns, exploration noise 0.3,
@@ -25,48 +21,28 @@ class D4PGConfig(TransitionReplayConfig):
         (512, 512, 256)): about a third of the critic's compute per update;
       * Polyak-averaged targets (tau 0.005) instead of a copy every 100 steps, the same
         target rule as SAC (`seed_agents.agents.target_networks`).
-    Replay and acting fields are `TransitionReplayConfig`'s (n_step defaults to 5 here).
+    Replay, acting and network fields are `ActorCriticConfig`'s.
 
-    Networks and learning:
-      actor_hidden_sizes, critic_hidden_sizes: ReLU MLP layers of the deterministic
-        policy (tanh output) and of the distributional critic (sees observation and
-        action).
+    D4PG's own:
       num_atoms, v_min, v_max: the critic's support, num_atoms values evenly spaced on
         [v_min, v_max]; returns outside it are clipped onto its ends.
-      learning_rate: Adam's step for actor and critic.
-      tau: Polyak step of the target actor and critic.
       sigma: standard deviation of the Gaussian exploration noise on the actions
         (clipped back into [-1, 1]); evaluation environments act without it.
-      max_gradient_norm: global-norm gradient clipping of each loss; None disables it.
     """
 
     n_step: int = 5
     samples_per_insert: float = 128.0
-    actor_hidden_sizes: tuple[int, ...] = (256, 256)
-    critic_hidden_sizes: tuple[int, ...] = (256, 256)
+    learning_rate: float = 1e-4
     num_atoms: int = 51
     v_min: float = -150.0
     v_max: float = 150.0
-    learning_rate: float = 1e-4
-    tau: float = 0.005
     sigma: float = 0.3
-    max_gradient_norm: float | None = None
 
     def __post_init__(self):
         super().__post_init__()
-        object.__setattr__(self, "actor_hidden_sizes",
-                           check_sizes(self.actor_hidden_sizes, "actor_hidden_sizes"))
-        object.__setattr__(self, "critic_hidden_sizes",
-                           check_sizes(self.critic_hidden_sizes, "critic_hidden_sizes"))
-        check_positive(self, "learning_rate")
         if self.num_atoms < 2:
             raise ValueError(f"num_atoms must be >= 2, got {self.num_atoms}.")
         if not self.v_min < self.v_max:
             raise ValueError(f"v_min ({self.v_min}) must be below v_max ({self.v_max}).")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1], got {self.tau}.")
         if self.sigma < 0:
             raise ValueError(f"sigma must be >= 0, got {self.sigma}.")
-        if self.max_gradient_norm is not None and self.max_gradient_norm <= 0:
-            raise ValueError(f"max_gradient_norm must be > 0 or None, "
-                             f"got {self.max_gradient_norm}.")

@@ -9,7 +9,7 @@ import tensorflow as tf
 from seed_agents.agents.d4pg.config import D4PGConfig
 from seed_agents.agents.d4pg.networks import D4PGNetworks, categorical_projection
 from seed_agents.agents.target_networks import update_target
-from seed_agents.agents.transition_learning import TransitionLearner, clip_gradients
+from seed_agents.agents.transition_learning import TransitionLearner, minimize
 from seed_agents.replay import transitions as tr
 from seed_agents.replay.stats import SamplesPerInsert
 from seed_agents.utils.counting import Counter
@@ -62,18 +62,14 @@ class D4PGLearner(TransitionLearner):
             logits = nets.critic_logits(observation, action)
             critic_loss = tf.reduce_mean(
                 tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=logits))
-        critic_variables = nets.critic_variables
-        gradients, critic_norm = clip_gradients(tape.gradient(critic_loss, critic_variables),
-                                       c.max_gradient_norm)
-        self._critic_optimizer.apply_gradients(zip(gradients, critic_variables, strict=True))
+        critic_norm = minimize(tape, critic_loss, nets.critic_variables,
+                               self._critic_optimizer, c.max_gradient_norm)
 
         with tf.GradientTape() as tape:
             q = nets.q_value(nets.critic_logits(observation, nets.policy(observation)))
             actor_loss = -tf.reduce_mean(q)
-        actor_variables = nets.actor_variables
-        gradients, actor_norm = clip_gradients(tape.gradient(actor_loss, actor_variables),
-                                      c.max_gradient_norm)
-        self._actor_optimizer.apply_gradients(zip(gradients, actor_variables, strict=True))
+        actor_norm = minimize(tape, actor_loss, nets.actor_variables,
+                              self._actor_optimizer, c.max_gradient_norm)
 
         update_target(nets.target_variables, nets.online_variables, c.tau)
         return {

@@ -9,7 +9,7 @@ import tensorflow as tf
 from seed_agents.agents.sac.config import SACConfig
 from seed_agents.agents.sac.networks import SACNetworks
 from seed_agents.agents.target_networks import update_target
-from seed_agents.agents.transition_learning import TransitionLearner, clip_gradients
+from seed_agents.agents.transition_learning import TransitionLearner, minimize
 from seed_agents.replay import transitions as tr
 from seed_agents.replay.stats import SamplesPerInsert
 from seed_agents.utils.counting import Counter
@@ -72,26 +72,21 @@ class SACLearner(TransitionLearner):
             q_0, q_1 = nets.q_values(observation, action)
             critic_loss = (tf.reduce_mean(tf.square(q_0 - target))
                            + tf.reduce_mean(tf.square(q_1 - target)))
-        critic_variables = nets.critic_variables
-        gradients, critic_norm = clip_gradients(tape.gradient(critic_loss, critic_variables),
-                                       c.max_gradient_norm)
-        self._critic_optimizer.apply_gradients(zip(gradients, critic_variables, strict=True))
+        critic_norm = minimize(tape, critic_loss, nets.critic_variables,
+                               self._critic_optimizer, c.max_gradient_norm)
 
         with tf.GradientTape() as tape:
             new_action, log_prob = nets.sample(observation, self._rng.normal(shape))
             q_new = tf.minimum(*nets.q_values(observation, new_action))
             actor_loss = tf.reduce_mean(alpha * log_prob - q_new)
-        actor_variables = nets.actor_variables
-        gradients, actor_norm = clip_gradients(tape.gradient(actor_loss, actor_variables),
-                                      c.max_gradient_norm)
-        self._actor_optimizer.apply_gradients(zip(gradients, actor_variables, strict=True))
+        actor_norm = minimize(tape, actor_loss, nets.actor_variables,
+                              self._actor_optimizer, c.max_gradient_norm)
 
         entropy_gap = tf.stop_gradient(log_prob + self._target_entropy)
         with tf.GradientTape() as tape:
             temperature_loss = -tf.reduce_mean(nets.log_temperature * entropy_gap)
-        gradient = tape.gradient(temperature_loss, [nets.log_temperature])
-        self._temperature_optimizer.apply_gradients(
-            zip(gradient, [nets.log_temperature], strict=True))
+        minimize(tape, temperature_loss, [nets.log_temperature],
+                 self._temperature_optimizer, None)
 
         update_target(nets.target_critic_variables, nets.critic_variables, c.tau)
         return {
