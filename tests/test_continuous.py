@@ -357,3 +357,15 @@ def test_spec_of_a_continuous_task_reaches_the_agent_unchanged():
     spec = Experiment(SACBuilder(SMALL_SAC), "dmc:cheetah-run").environment_spec()
     assert isinstance(spec, EnvironmentSpec) and spec.action_size == 6
     assert spec.observations.shape == (17,)
+
+
+def test_a_runner_counts_the_bad_actions_its_environments_clipped():
+    from seed_agents.envs import environment_factory
+    from seed_agents.inference.runner import EnvRunner, runner_rates
+
+    runner = EnvRunner(environment_factory("gym:Pendulum-v1"), num_envs=2)
+    runner.run(lambda batch: np.array([[5.0], [np.nan]], np.float32), max_steps=3)
+    runner.run(lambda batch: np.array([[0.5], [-1.0]], np.float32), max_steps=2)
+    assert runner.bad_actions == 6  # 2 environments x 3 steps, then none
+    assert runner_rates({"time": 0.0}, {**runner.figures(), "time": 1.0})["bad_actions"] == 6
+    runner.close()
