@@ -19,9 +19,18 @@ from seed_agents import core
 from seed_agents.actors import PolicyActor, VariableClient
 from seed_agents.inference.server import EpisodeStats, InferenceConfig, InferenceServer
 from seed_agents.replay import unrolls
+from seed_agents.replay.adder import Adder
 from seed_agents.specs import EnvironmentSpec
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import Logger
+
+
+def require_discrete_actions(env_spec: EnvironmentSpec, agent: str) -> None:
+    """Raises ValueError, naming the spec, unless actions are discrete."""
+    if not env_spec.discrete_actions:
+        raise ValueError(f"{agent} acts with discrete actions; this environment's action "
+                         f"spec is {env_spec.actions!r}. For continuous control use "
+                         "--agent sac or --agent d4pg.")
 
 
 class AgentBuilder(abc.ABC):
@@ -40,15 +49,26 @@ class AgentBuilder(abc.ABC):
     #: items are stale for the restored policy anyway.
     checkpoint_replay: bool = True
 
+    #: (runners, environments per runner) the command line uses when not told: many
+    #: environments for on-policy agents on cheap tasks; see the continuous builders.
+    default_layout: tuple[int, int] = (4, 16)
+
     def check_num_envs(self, num_envs: int) -> None:
         """Raises ValueError when the agent cannot run `num_envs` environments; an
         `Experiment` calls it when made, so bad settings fail before anything starts."""
         del num_envs  # any number suits an agent that does not override this
 
+    def check_env_spec(self, env_spec: EnvironmentSpec) -> None:
+        """Raises ValueError when the agent cannot act in an environment of this spec
+        (e.g. discrete actions for a continuous-control agent); every backend calls it
+        once it has the spec, before anything starts."""
+        del env_spec  # an agent that does not override this takes any supported spec
+
     @property
-    @abc.abstractmethod
     def unroll_length(self) -> int:
-        """T: unrolls hold T+1 rows, the last shared with the next unroll."""
+        """T: unrolls hold T+1 rows, the last shared with the next unroll. Builders whose
+        adder writes unrolls (the default `make_adder`) define it."""
+        raise NotImplementedError(f"{type(self).__name__} writes no unrolls.")
 
     @abc.abstractmethod
     def make_networks(self, env_spec: EnvironmentSpec) -> Any:
@@ -95,7 +115,7 @@ class AgentBuilder(abc.ABC):
         env_spec: EnvironmentSpec,
         policy: core.Policy,
         stop_event: threading.Event | None = None,
-    ) -> unrolls.UnrollAdder:
+    ) -> Adder:
         """Assembles unrolls for `num_slots` environments and writes them to `table`."""
         writer = unrolls.UnrollWriter(client, self.table, stop_event=stop_event,
                                       priority_fn=self.initial_priority())
@@ -112,7 +132,7 @@ class AgentBuilder(abc.ABC):
         self,
         policy: core.Policy,
         env_spec: EnvironmentSpec,
-        adder: unrolls.UnrollAdder | None,
+        adder: Adder | None,
         config: InferenceConfig | None = None,
         counter: Counter | None = None,
         stats: EpisodeStats | None = None,
@@ -123,14 +143,16 @@ class AgentBuilder(abc.ABC):
     def make_actor(
         self,
         policy: core.Policy,
-        adder: unrolls.UnrollAdder | None = None,
+        adder: Adder | None = None,
         variable_source: core.VariableSource | None = None,
         variables: Any = None,
         update_period: int = 100,
         env_id: int = 0,
+        action_spec: Any = None,
     ) -> core.Actor:
-        """A local-inference actor; `variables` are its copy, refreshed from the source."""
+        """A local-inference actor; `variables` are its copy, refreshed from the source;
+        `action_spec` is the environment's (default: discrete)."""
         client = None
         if variable_source is not None:
             client = VariableClient(variable_source, variables, update_period)
-        return PolicyActor(policy, adder, client, env_id)
+        return PolicyActor(policy, adder, client, env_id, action_spec)

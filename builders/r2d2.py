@@ -7,7 +7,7 @@ import dataclasses
 
 import reverb
 
-from builders.base import AgentBuilder
+from builders.base import AgentBuilder, require_discrete_actions
 from seed_agents import core
 from seed_agents.agents.r2d2.acting import R2D2Policy
 from seed_agents.agents.r2d2.config import R2D2Config
@@ -49,6 +49,9 @@ class R2D2Builder(AgentBuilder):
 
     def initial_priority(self) -> InitialPriority:
         return InitialPriority(self.config)
+
+    def check_env_spec(self, env_spec: EnvironmentSpec) -> None:
+        require_discrete_actions(env_spec, "R2D2")
 
     def make_networks(self, env_spec: EnvironmentSpec) -> RecurrentQNetwork:
         c = self.config

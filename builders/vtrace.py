@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import reverb
 
-from builders.base import AgentBuilder
+from builders.base import AgentBuilder, require_discrete_actions
 from seed_agents import core
 from seed_agents.agents.vtrace.acting import VTracePolicy
 from seed_agents.agents.vtrace.config import VTraceConfig
@@ -30,6 +30,9 @@ class VTraceBuilder(AgentBuilder):
     @property
     def unroll_length(self) -> int:
         return self.config.unroll_length
+
+    def check_env_spec(self, env_spec: EnvironmentSpec) -> None:
+        require_discrete_actions(env_spec, "V-trace")
 
     def make_networks(self, env_spec: EnvironmentSpec) -> PolicyValueNetwork:
         return PolicyValueNetwork(

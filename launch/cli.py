@@ -13,14 +13,18 @@ from collections.abc import Sequence
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is first imported
 
 from builders.base import AgentBuilder  # noqa: E402
+from builders.d4pg import D4PGBuilder  # noqa: E402
 from builders.r2d2 import R2D2Builder  # noqa: E402
+from builders.sac import SACBuilder  # noqa: E402
 from builders.vtrace import VTraceBuilder  # noqa: E402
 from launch import commands as after_training  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
 from launch.inprocess import run_inprocess  # noqa: E402
 from launch.local_mp import run_local_mp  # noqa: E402
 from launch.ray_backend import run_ray  # noqa: E402 - imports Ray only when run
+from seed_agents.agents.d4pg.config import D4PGConfig  # noqa: E402
 from seed_agents.agents.r2d2.config import R2D2Config  # noqa: E402
+from seed_agents.agents.sac.config import SACConfig  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
 from seed_agents.agents.vtrace.presets import ATARI_CPU  # noqa: E402
 from seed_agents.inference.security import (  # noqa: E402
@@ -33,11 +37,15 @@ from seed_agents.utils.overrides import parse_overrides  # noqa: E402
 AGENTS: dict[str, tuple[type, type]] = {
     "vtrace": (VTraceBuilder, VTraceConfig),
     "r2d2": (R2D2Builder, R2D2Config),
+    "sac": (SACBuilder, SACConfig),
+    "d4pg": (D4PGBuilder, D4PGConfig),
 }
 BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
 PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
     "vtrace": {"atari_cpu": ATARI_CPU},
     "r2d2": {},
+    "sac": {},
+    "d4pg": {},
 }
 """Named settings per agent, applied before `--set` (see seed_agents/agents/*/presets.py)."""
 
@@ -70,8 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the agent to train (default: vtrace)")
     train.add_argument("--env", default="gym:CartPole-v1",
                        help="environment id: gym:<gymnasium id>, atari:<game>[,key=value...], "
-                            "mask:<indices>:<id> or fake:key=value,... "
-                            "(default: gym:CartPole-v1)")
+                            "dmc:<domain>-<task>, mask:<indices>:<id> or fake:key=value,... "
+                            "(default: gym:CartPole-v1; continuous agents: e.g. "
+                            "gym:HalfCheetah-v5, dmc:walker-walk)")
     train.add_argument("--backend", choices=sorted(BACKENDS), default="inprocess",
                        help="where components run: inprocess (threads), local_mp (a process "
                             "per node), ray (Ray actors) (default: inprocess)")
@@ -112,9 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--learner-resource", default=None, metavar="NAME",
                        help="ray backend: a custom Ray resource the replay and learner nodes "
                             "each take one of, pinning both to the machine (pod) offering it")
-    train.add_argument("--runners", type=int, default=4, help="environment runners")
-    train.add_argument("--envs-per-runner", type=int, default=16,
-                       help="environments each runner steps in lockstep")
+    train.add_argument("--runners", type=int, default=None,
+                       help="environment runners (default: the agent's, 4 for vtrace and "
+                            "r2d2, 1 for sac and d4pg)")
+    train.add_argument("--envs-per-runner", type=int, default=None,
+                       help="environments each runner steps in lockstep (default: the "
+                            "agent's, 16 for vtrace and r2d2, 4 for sac and d4pg)")
     train.add_argument("--steps", type=int, default=500_000, help="env step budget")
     train.add_argument("--evaluate-every-s", type=float, default=5.0,
                        help="seconds between the evaluator's greedy episodes (every "
@@ -170,11 +182,13 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
     if args.tls_cert or args.tls_key or args.tls_ca:
         security["tls"] = TLSConfig(args.tls_cert, args.tls_key, args.tls_ca,
                                     args.tls_server_name or None)
+    runners, envs_per_runner = builder.default_layout
     return Experiment(
         builder=builder,
         environment=args.env,
-        num_runners=args.runners,
-        envs_per_runner=args.envs_per_runner,
+        num_runners=runners if args.runners is None else args.runners,
+        envs_per_runner=envs_per_runner if args.envs_per_runner is None
+        else args.envs_per_runner,
         max_env_steps=args.steps,
         seed=args.seed,
         inference=args.inference,
@@ -199,6 +213,7 @@ def train(args: argparse.Namespace) -> int:
     try:
         experiment = make_experiment(args)
         experiment.check_checkpoints()  # the backends check too; here the error is short
+        experiment.environment_spec()  # an action spec the agent cannot use, likewise
     except (ValueError, TypeError) as error:
         print(f"seed-agents: error: {error}", file=sys.stderr)
         return 2

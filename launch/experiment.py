@@ -145,6 +145,25 @@ class Experiment:
         """Whether this run saves checkpoints (a logdir and a checkpoint interval)."""
         return bool(self.logdir and self.checkpoint_every_s)
 
+    def environment_spec(self) -> EnvironmentSpec:
+        """The environment's spec, read from one environment built with `seed` and
+        checked against the agent (`builder.check_env_spec`).
+
+        Raises:
+          ValueError: For an action spec the toolkit does not support, or one the agent
+            cannot act in (both messages name the spec).
+        """
+        from seed_agents.envs.registry import environment_factory
+        from seed_agents.specs import make_environment_spec
+
+        env = environment_factory(self.environment)(self.seed)
+        try:
+            spec = make_environment_spec(env)
+        finally:
+            env.close()
+        self.builder.check_env_spec(spec)
+        return spec
+
     def precision_line(self) -> str | None:
         """The run's "precision: ..." line (what the torso computes in, and why), or None
         when the agent's config has no `precision`. "auto" is resolved on this machine:

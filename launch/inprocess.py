@@ -186,9 +186,10 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
 
     Raises RuntimeError naming the node when one fails; every node started is stopped in
     any case. Raises ValueError before anything starts when the logdir's checkpoints and
-    `experiment.resume` disagree.
+    `experiment.resume` disagree, or the environment's action spec does not suit the agent.
     """
     experiment.check_checkpoints()
+    experiment.environment_spec()  # an action spec the agent cannot use fails here, first
     # Before any node: the process's pools are the backend's, sized for the learner and
     # the inference server that share them.
     configure_tf_threads(inter_op=LEARNER_INTER_OP_THREADS)

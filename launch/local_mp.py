@@ -250,6 +250,7 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
     experiment = _with_logdir(experiment, str(run_dir))
     experiment.check_checkpoints()
     require_central_inference(experiment)
+    experiment.environment_spec()  # an action spec the agent cannot use fails here, first
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_record(experiment)
     program = make_program(experiment)

@@ -95,12 +95,7 @@ class LocalControl:
 
 def _agent(experiment: Experiment, evaluation: bool = False,
            seed: int | None = None) -> tuple[Any, Any, Any]:
-    from seed_agents.envs import environment_factory
-    from seed_agents.specs import make_environment_spec
-
-    env = environment_factory(experiment.environment)(experiment.seed)
-    spec = make_environment_spec(env)
-    env.close()
+    spec = experiment.environment_spec()
     make_networks = experiment.network_factory or experiment.builder.make_networks
     networks = make_networks(spec)
     policy = experiment.builder.make_policy(
@@ -374,7 +369,7 @@ def actor_node(context: NodeContext, experiment: Experiment, index: int) -> None
     adder = builder.make_adder(context.handles["replay"].dereference(), 1, spec, policy,
                                context.stop_event)
     actor = builder.make_actor(policy, adder, control.learner, networks.variables,
-                               update_period=100, env_id=index)
+                               update_period=100, env_id=index, action_spec=spec.actions)
     actor.update(wait=True)
     env = environment_factory(experiment.environment)(experiment.runner_seed(index))
     loop = EnvironmentLoop(env, actor, counter=Counter(), stop_event=context.stop_event)
@@ -400,7 +395,7 @@ def evaluator_node(context: NodeContext, experiment: Experiment) -> None:
     from seed_agents.envs import environment_factory
     from seed_agents.utils.loggers import CSVLogger, NoOpLogger
 
-    _, networks, policy = _agent(experiment, evaluation=True)
+    spec, networks, policy = _agent(experiment, evaluation=True)
     control = context.handles["control"].dereference()
     variables = getattr(networks, "variables", None)
     if variables is None:
@@ -412,7 +407,8 @@ def evaluator_node(context: NodeContext, experiment: Experiment) -> None:
         control.close()
         return
     env = environment_factory(experiment.environment)(experiment.seed + 999_983)
-    loop = EnvironmentLoop(env, PolicyActor(policy), stop_event=context.stop_event)
+    loop = EnvironmentLoop(env, PolicyActor(policy, action_spec=spec.actions),
+                           stop_event=context.stop_event)
     logger = (CSVLogger(context.logdir, "evaluator", append=experiment.resume)
               if context.logdir else NoOpLogger())
     try:

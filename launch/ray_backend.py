@@ -458,6 +458,7 @@ def run_ray(
     experiment = dataclasses.replace(experiment, logdir=str(run_dir))
     experiment.check_checkpoints()
     require_central_inference(experiment)
+    experiment.environment_spec()  # an action spec the agent cannot use fails here, first
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_record(experiment)
     program = make_program(experiment)

@@ -13,9 +13,11 @@ from typing import Any
 import dm_env
 import numpy as np
 import tree
+from dm_env import specs
 
 from seed_agents import core
 from seed_agents.replay import unrolls
+from seed_agents.replay.adder import Adder
 
 
 class VariableClient:
@@ -51,17 +53,19 @@ class VariableClient:
 class PolicyActor(core.Actor):
     """Acts in one environment with a batched `Policy` (batch of one).
 
-    Rows go to an `UnrollAdder` with a single slot, in the same layout the central
-    inference server writes, so the same learner consumes both. `env_id` is the id the
-    policy sees for this environment (see `Policy.step`).
+    Rows go to an adder with a single slot, in the same layout the central inference
+    server writes, so the same learner consumes both. `env_id` is the id the
+    policy sees for this environment (see `Policy.step`); `action_spec` gives the
+    actions' shape and dtype (default: discrete, int32).
     """
 
     def __init__(
         self,
         policy: core.Policy,
-        adder: unrolls.UnrollAdder | None = None,
+        adder: Adder | None = None,
         variable_client: VariableClient | None = None,
         env_id: int = 0,
+        action_spec: specs.Array | None = None,
     ):
         self._policy = policy
         self._adder = adder
@@ -72,6 +76,11 @@ class PolicyActor(core.Actor):
         self._pending: dm_env.TimeStep | None = None
         self._slot = np.zeros(1, np.int64)
         self._env_ids = np.array([env_id], np.int64)
+        # "No action yet" (a FIRST step's previous action, a LAST row's dummy action):
+        # zeros of the action's shape and dtype, as the inference server uses.
+        shape, dtype = ((), np.int32) if action_spec is None else (
+            tuple(action_spec.shape), np.dtype(action_spec.dtype))
+        self._no_action = np.zeros((1, *shape), dtype)
 
     def observe_first(self, timestep: dm_env.TimeStep) -> None:
         self._state = self._initial_state
@@ -81,13 +90,11 @@ class PolicyActor(core.Actor):
     def select_action(self, observation: Any) -> np.ndarray:
         if self._pending is None:
             raise RuntimeError("Call observe_first before select_action.")
-        prev = self._prev_action
-        if prev is None:
-            prev = np.zeros((1,), np.int32)
+        prev = self._no_action if self._prev_action is None else self._prev_action
         state_in = self._state
         action, extras, self._state = self._policy.step(
-            np.asarray(observation)[None], prev.astype(np.int32, copy=False), state_in,
-            self._env_ids,
+            np.asarray(observation)[None], prev.astype(self._no_action.dtype, copy=False),
+            state_in, self._env_ids,
         )
         self._add(self._pending, prev, action, extras, state_in)
         self._prev_action = action
@@ -98,7 +105,7 @@ class PolicyActor(core.Actor):
         if next_timestep.last():
             # The LAST row is recorded with a dummy action: it is never executed, and the
             # learner masks the step that follows it.
-            action = np.zeros((1,), np.int32)
+            action = self._no_action
             extras = tree.map_structure(
                 lambda s: np.zeros((1, *s.shape), s.dtype), self._policy.extras_spec
             )
@@ -111,11 +118,11 @@ class PolicyActor(core.Actor):
         discount = 1.0 if timestep.discount is None else timestep.discount
         rows = {
             unrolls.OBSERVATION: np.asarray(timestep.observation)[None],
-            unrolls.PREV_ACTION: np.asarray(prev_action).reshape(1),
+            unrolls.PREV_ACTION: np.asarray(prev_action).reshape(self._no_action.shape),
             unrolls.REWARD: np.array([reward], np.float32),
             unrolls.DISCOUNT: np.array([discount], np.float32),
             unrolls.STEP_TYPE: np.array([timestep.step_type], np.uint8),
-            unrolls.ACTION: np.asarray(action).reshape(1),
+            unrolls.ACTION: np.asarray(action).reshape(self._no_action.shape),
             unrolls.EXTRAS: extras,
         }
         self._adder.add(self._slot, rows, state_in)

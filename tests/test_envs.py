@@ -135,11 +135,18 @@ def test_gym_specs():
     env.close()
 
 
+class _GridActions(_ShiftedActions):
+    """Actions on a 2-D grid: neither Discrete nor a 1-D float Box."""
+
+    action_space = gymnasium.spaces.Box(-1.0, 1.0, (2, 2), np.float32)
+
+
 def test_gym_rejects_unsupported_spaces():
     with pytest.raises(TypeError, match="Discrete"):
         GymToDmEnv(gymnasium.make("FrozenLake-v1"))  # Discrete observations.
-    with pytest.raises(TypeError, match="Box"):
-        GymToDmEnv(gymnasium.make("Pendulum-v1"))  # Box actions.
+    with pytest.raises(TypeError, match="1-D float Box"):
+        GymToDmEnv(_GridActions())
+
 
 
 def test_gym_seeding_is_deterministic():
@@ -305,7 +312,7 @@ def test_registry_builds_fake_with_options():
         ("fake:terminate=maybe", r"'terminate=maybe'.*true"),
         ("fake:obs=0x3", r"'obs=0x3'"),
         ("fake:len=2,len=3", r"'len' given twice"),
-        ("nope:x", r"'nope'.*known prefixes: atari, fake, gym, mask"),
+        ("nope:x", r"'nope'.*known prefixes: atari, dmc, fake, gym, mask"),
         ("CartPole-v1", r"Did you mean 'gym:CartPole-v1'"),
         ("gym:", r"needs a gymnasium id"),
         ("gym:NoSuchEnv-v0", r"gym:NoSuchEnv-v0"),

@@ -28,17 +28,24 @@ def _observation_spec(space: gymnasium.Space) -> specs.BoundedArray:
         raise TypeError(
             f"GymToDmEnv supports gymnasium.spaces.Box observations only, got {space!r}."
         )
-    return specs.BoundedArray(
-        space.shape, space.dtype, minimum=space.low, maximum=space.high, name="observation"
+    # float64 observations (MuJoCo's) become float32: half the bytes on the wire and in
+    # replay, and what the networks compute in anyway.
+    dtype = np.float32 if space.dtype == np.float64 else space.dtype
+    return specs.BoundedArray(space.shape, dtype, minimum=space.low.astype(dtype),
+                              maximum=space.high.astype(dtype), name="observation")
+
+
+def _action_spec(space: gymnasium.Space) -> specs.DiscreteArray | specs.BoundedArray:
+    if isinstance(space, gymnasium.spaces.Discrete):
+        return specs.DiscreteArray(int(space.n), dtype=np.int32, name="action")
+    if isinstance(space, gymnasium.spaces.Box) and len(space.shape) == 1 \
+            and np.issubdtype(space.dtype, np.floating):
+        return specs.BoundedArray(space.shape, space.dtype, minimum=space.low,
+                                  maximum=space.high, name="action")
+    raise TypeError(
+        "GymToDmEnv supports gymnasium.spaces.Discrete and 1-D float Box actions, "
+        f"got {space!r}."
     )
-
-
-def _action_spec(space: gymnasium.Space) -> specs.DiscreteArray:
-    if not isinstance(space, gymnasium.spaces.Discrete):
-        raise TypeError(
-            f"GymToDmEnv supports gymnasium.spaces.Discrete actions only, got {space!r}."
-        )
-    return specs.DiscreteArray(int(space.n), dtype=np.int32, name="action")
 
 
 class GymToDmEnv(dm_env.Environment):
@@ -46,7 +53,9 @@ class GymToDmEnv(dm_env.Environment):
 
     Follows dm_env's auto-reset convention: `step` before the first `reset`, or after a
     LAST timestep, ignores its action and starts a new episode. A gymnasium `Discrete`
-    space with a non-zero `start` is shifted so agents always see actions in `[0, n)`.
+    space with a non-zero `start` is shifted so agents always see actions in `[0, n)`. A
+    1-D float `Box` action space becomes a `BoundedArray` with the same bounds (the
+    `gym:` ids put `CanonicalActions` around it, so agents see [-1, 1]).
 
     Args:
       env: The gymnasium environment. The adapter owns it from now on: `close` closes it.
@@ -54,8 +63,9 @@ class GymToDmEnv(dm_env.Environment):
         episodes differ while the whole sequence stays reproducible.
 
     Raises:
-      TypeError: If the observation space is not a `Box` or the action space is not
-        `Discrete`, so that an unsupported environment fails at construction, not mid-run.
+      TypeError: If the observation space is not a `Box` or the action space is neither
+        `Discrete` nor a 1-D float `Box`, so that an unsupported environment fails at
+        construction, not mid-run.
     """
 
     def __init__(self, env: gymnasium.Env, seed: int | None = None):
@@ -63,7 +73,8 @@ class GymToDmEnv(dm_env.Environment):
         self._observation_spec = _observation_spec(env.observation_space)
         self._action_spec = _action_spec(env.action_space)
         self._observation_dtype = self._observation_spec.dtype
-        self._action_start = int(env.action_space.start)
+        self._discrete = isinstance(self._action_spec, specs.DiscreteArray)
+        self._action_start = int(env.action_space.start) if self._discrete else 0
         self._seed = seed
         self._seed_used = False
         self._reset_next_step = True
@@ -85,9 +96,8 @@ class GymToDmEnv(dm_env.Environment):
     def step(self, action: Any) -> dm_env.TimeStep:
         if self._reset_next_step:
             return self.reset()
-        observation, reward, terminated, truncated, _ = self._env.step(
-            int(action) + self._action_start
-        )
+        action = int(action) + self._action_start if self._discrete else action
+        observation, reward, terminated, truncated, _ = self._env.step(action)
         # `asarray` returns gym's own array when the dtype already matches: no copy.
         observation = np.asarray(observation, dtype=self._observation_dtype)
         reward = np.float32(reward)
@@ -103,7 +113,7 @@ class GymToDmEnv(dm_env.Environment):
     def observation_spec(self) -> specs.BoundedArray:
         return self._observation_spec
 
-    def action_spec(self) -> specs.DiscreteArray:
+    def action_spec(self) -> specs.DiscreteArray | specs.BoundedArray:
         return self._action_spec
 
     def reward_spec(self) -> specs.Array:

@@ -14,6 +14,8 @@ import dm_env
 import numpy as np
 from dm_env import specs
 
+from seed_agents.envs.wrapper import EnvironmentWrapper
+
 
 def parse_mask_id(rest: str) -> tuple[tuple[int, ...], str]:
     """Splits the part of an id after `mask:`, e.g. `"1,3:gym:CartPole-v1"`.
@@ -53,7 +55,7 @@ def _with_zero_in_bounds(spec: specs.Array, indices: np.ndarray) -> specs.Array:
     )
 
 
-class MaskedObservation(dm_env.Environment):
+class MaskedObservation(EnvironmentWrapper):
     """Zeroes fixed entries (flat indices) of another environment's array observations.
 
     Each observation is a copy: the inner environment may keep or reuse the array it
@@ -85,7 +87,7 @@ class MaskedObservation(dm_env.Environment):
                 f"Mask indices {list(flat)} must lie in [0, {size}) for observations of shape "
                 f"{spec.shape} (indices are into the flattened observation)."
             )
-        self._env = env
+        super().__init__(env)
         self._drop = np.zeros(spec.shape, bool)
         self._drop.reshape(-1)[flat] = True
         self._observation_spec = _with_zero_in_bounds(spec, flat)
@@ -93,7 +95,7 @@ class MaskedObservation(dm_env.Environment):
     @property
     def inner(self) -> dm_env.Environment:
         """The wrapped environment."""
-        return self._env
+        return self._environment
 
     def _mask(self, timestep: dm_env.TimeStep) -> dm_env.TimeStep:
         observation = np.array(timestep.observation)  # The one copy.
@@ -102,22 +104,10 @@ class MaskedObservation(dm_env.Environment):
         return timestep._replace(observation=observation)
 
     def reset(self) -> dm_env.TimeStep:
-        return self._mask(self._env.reset())
+        return self._mask(self._environment.reset())
 
     def step(self, action: Any) -> dm_env.TimeStep:
-        return self._mask(self._env.step(action))
+        return self._mask(self._environment.step(action))
 
     def observation_spec(self) -> specs.Array:
         return self._observation_spec
-
-    def action_spec(self) -> Any:
-        return self._env.action_spec()
-
-    def reward_spec(self) -> Any:
-        return self._env.reward_spec()
-
-    def discount_spec(self) -> Any:
-        return self._env.discount_spec()
-
-    def close(self) -> None:
-        self._env.close()

@@ -9,7 +9,12 @@ builder's business. Built in are
   repeat, max_pool, stack, noops, sticky, life_loss, max_frames, full_actions (see
   `seed_agents.envs.atari`; ale-py is imported only when such an id is used);
 * `mask:<flat indices>:<id>`, e.g. `mask:1,3:gym:CartPole-v1`: the inner environment with
-  those observation entries zeroed (see `seed_agents.envs.masked`).
+  those observation entries zeroed (see `seed_agents.envs.masked`);
+* `dmc:<domain>-<task>`, e.g. `dmc:walker-walk`: the DeepMind Control Suite with flat
+  float32 observations (see `seed_agents.envs.dmc`; dm_control is imported on first use).
+
+Continuous actions are presented in [-1, 1] (`seed_agents.envs.action_scaling`) by every
+built-in prefix: `gym:HalfCheetah-v5` and `gym:Pendulum-v1` as much as `dmc:` tasks.
 
 Other prefixes are added with `register`.
 
@@ -26,6 +31,7 @@ from typing import Any
 import dm_env
 import gymnasium
 
+from seed_agents.envs.action_scaling import CanonicalActions, needs_canonical_actions
 from seed_agents.envs.fake import FakeEnvironment, validate_fake_arguments
 from seed_agents.envs.gym_adapter import GymToDmEnv
 from seed_agents.envs.masked import MaskedObservation, parse_mask_id
@@ -166,7 +172,8 @@ def _make_gym(gym_id: str, seed: int | None) -> dm_env.Environment:
     # gymnasium's own wrappers (TimeLimit included) stay on: CartPole-v1 truncates at 500.
     # The passive checker validates the first steps only but stays a wrapper layer on
     # every step of a hot loop; the adapter checks spaces itself.
-    return GymToDmEnv(gymnasium.make(gym_id, disable_env_checker=True), seed=seed)
+    env = GymToDmEnv(gymnasium.make(gym_id, disable_env_checker=True), seed=seed)
+    return CanonicalActions(env) if needs_canonical_actions(env.action_spec()) else env
 
 
 # --- fake: ------------------------------------------------------------------------------
@@ -243,3 +250,21 @@ def _make_mask(rest: str, seed: int | None) -> dm_env.Environment:
 
 register("atari", _make_atari, validate=_validate_atari)
 register("mask", _make_mask, validate=_validate_mask)
+
+
+# --- dmc: -------------------------------------------------------------------------------
+
+
+def _validate_dmc(rest: str) -> None:
+    from seed_agents.envs import dmc
+
+    dmc.parse_dmc_id(rest)
+
+
+def _make_dmc(rest: str, seed: int | None) -> dm_env.Environment:
+    from seed_agents.envs import dmc
+
+    return dmc.make_dmc(rest, seed)
+
+
+register("dmc", _make_dmc, validate=_validate_dmc)

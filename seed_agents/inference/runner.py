@@ -108,7 +108,13 @@ class EnvRunner:
     def figures(self) -> dict[str, Any]:
         """Cumulative figures for a `RateReporter` (see `runner_rates`)."""
         return {"env_steps": self.env_steps, "infer_s": self.infer_s, "env_s": self.env_s,
-                "round_trip": self.round_trip.snapshot()}
+                "round_trip": self.round_trip.snapshot(), "bad_actions": self.bad_actions}
+
+    @property
+    def bad_actions(self) -> int:
+        """Actions that were NaN or outside [-1, 1] and were clipped before reaching an
+        environment (see `CanonicalActions`), over all K environments; 0 for discrete."""
+        return sum(getattr(env, "bad_actions", 0) for env in self.envs)
 
     def close(self) -> None:
         for env in self.envs:
@@ -135,6 +141,7 @@ def runner_rates(before: Figures, after: Figures) -> dict[str, float]:
         "env_frac": share(delta(before, after, "env_s"), seconds),
         "env_ms_per_step": 1000 * ratio(delta(before, after, "env_s"), steps),
         "reconnects": after.get("reconnects", 0),
+        "bad_actions": after.get("bad_actions", 0),
     }
 
 

@@ -24,6 +24,7 @@ from seed_agents.core import Policy
 from seed_agents.inference.batcher import Callback, DynamicBatcher
 from seed_agents.inference.protocol import FIRST, LAST, StepBatch
 from seed_agents.replay import unrolls
+from seed_agents.replay.adder import Adder
 from seed_agents.specs import EnvironmentSpec
 from seed_agents.utils.counting import Counter
 
@@ -126,7 +127,7 @@ class InferenceServer:
         self,
         policy: Policy,
         env_spec: EnvironmentSpec,
-        adder: unrolls.UnrollAdder | None,
+        adder: Adder | None,
         config: InferenceConfig | None = None,
         counter: Counter | None = None,
         stats: EpisodeStats | None = None,

@@ -1,7 +1,9 @@
-"""Reverb tables, unroll assembly and writing, and datasets that read unrolls back."""
+"""Reverb tables, unroll and n-step transition assembly and writing, and datasets that
+read items back."""
 
 from seed_agents.replay.dataset import make_dataset
-from seed_agents.replay.tables import prioritized_table, queue_table
+from seed_agents.replay.tables import prioritized_table, queue_table, rate_limited_table
+from seed_agents.replay.transitions import NStepTransitionAdder, transition_signature
 from seed_agents.replay.unrolls import (
     ReplayTimeoutError,
     UnrollAdder,
@@ -11,12 +13,15 @@ from seed_agents.replay.unrolls import (
 )
 
 __all__ = [
+    "NStepTransitionAdder",
     "ReplayTimeoutError",
     "UnrollAdder",
     "UnrollWriter",
     "make_dataset",
     "prioritized_table",
     "queue_table",
+    "rate_limited_table",
     "row_spec",
+    "transition_signature",
     "unroll_signature",
 ]

@@ -41,3 +41,40 @@ def replay_figures(client: Any) -> dict[str, float]:
         figures["replay_sample_wait_ms"] += int(worker.waiting_for_inserts_ms)
         figures["replay_insert_wait_ms"] += int(worker.waiting_for_sampling_ms)
     return figures
+
+
+class SamplesPerInsert:
+    """Items sampled per item inserted into one table since its server started: what a
+    `SampleToInsertRatio` limiter holds near its target, as observed.
+
+    `read()` asks the server at most every `every_s` seconds and otherwise returns the
+    last reading, so a learner can put it in every step's metrics: the ratio and the two
+    counts it came from, all NaN until the first reading (and kept when the server
+    cannot be reached), so that a CSV log has the columns from its first row.
+    """
+
+    def __init__(self, client: Any, table: str, every_s: float = 1.0):
+        self._client = client
+        self._table = table
+        self._every_s = every_s
+        self._next = 0.0
+        nan = float("nan")
+        self._reading = {"samples_per_insert": nan, "replay_inserts": nan,
+                         "replay_samples": nan}
+
+    def read(self) -> dict[str, float]:
+        import time
+
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self._every_s
+            try:
+                limiter = self._client.server_info(timeout=5)[self._table].rate_limiter_info
+                inserts = int(limiter.insert_stats.completed)
+                samples = int(limiter.sample_stats.completed)
+            except Exception:  # noqa: BLE001 - no reading this time, not an error
+                return self._reading
+            self._reading = {
+                "samples_per_insert": samples / inserts if inserts else float("nan"),
+                "replay_inserts": inserts, "replay_samples": samples}
+        return self._reading

@@ -1,5 +1,5 @@
 """Reverb table factories: a FIFO queue for on-policy learners, a prioritized table for
-off-policy ones.
+off-policy sequences, and a uniform rate-limited table for off-policy transitions.
 
 Reverb has no authentication and its server listens on every interface of the host
 (dm-reverb 0.14 takes a port, not a bind address): keep replay on a private network.
@@ -39,16 +39,9 @@ def prioritized_table(
     `error_buffer` (default: a generous 100 batches' worth) is how far the ratio may drift
     before the faster side blocks, so short hiccups on either side stall nobody.
     """
-    if max_size < 1:
-        raise ValueError(f"max_size must be >= 1, got {max_size}.")
+    _check_limits(max_size, samples_per_insert, min_size_to_sample)
     if not 0.0 <= priority_exponent:
         raise ValueError(f"priority_exponent must be >= 0, got {priority_exponent}.")
-    if samples_per_insert <= 0:
-        raise ValueError(f"samples_per_insert must be > 0, got {samples_per_insert}.")
-    if not 1 <= min_size_to_sample <= max_size:
-        raise ValueError(
-            f"min_size_to_sample must be in [1, max_size={max_size}], got {min_size_to_sample}."
-        )
     if error_buffer is None:
         error_buffer = max(100.0 * samples_per_insert, 2.0 * samples_per_insert)
     return reverb.Table(
@@ -63,3 +56,52 @@ def prioritized_table(
         ),
         signature=signature,
     )
+
+
+def rate_limited_table(
+    name: str,
+    max_size: int,
+    samples_per_insert: float,
+    min_size_to_sample: int,
+    error_buffer: float,
+    signature: Any = None,
+) -> reverb.Table:
+    """A uniform table with FIFO removal whose rate limiter paces learning against acting.
+
+    Acme's arrangement for off-policy continuous control: every item is a transition; the
+    learner samples them uniformly, the oldest leave first once `max_size` is reached, and
+    Reverb's `SampleToInsertRatio` holds the ratio of sampled items to inserted ones near
+    `samples_per_insert` (a learner step of batch B samples B items: `samples_per_insert /
+    B` learner steps per env step). Nothing is sampled until `min_size_to_sample` items
+    are in; after that `error_buffer` (in sampled items) is how far either side may run
+    ahead before it blocks: the learner waits for data, or the writers (and with them the
+    inference server's batches) wait for the learner.
+    """
+    _check_limits(max_size, samples_per_insert, min_size_to_sample)
+    # Reverb refuses a buffer that cannot hold one insert's worth of samples.
+    if error_buffer < max(1.0, samples_per_insert):
+        raise ValueError(f"error_buffer must be >= max(1, samples_per_insert="
+                         f"{samples_per_insert}), got {error_buffer}.")
+    return reverb.Table(
+        name=name,
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        max_size=max_size,
+        rate_limiter=reverb.rate_limiters.SampleToInsertRatio(
+            samples_per_insert=samples_per_insert,
+            min_size_to_sample=min_size_to_sample,
+            error_buffer=error_buffer,
+        ),
+        signature=signature,
+    )
+
+
+def _check_limits(max_size: int, samples_per_insert: float, min_size_to_sample: int) -> None:
+    if max_size < 1:
+        raise ValueError(f"max_size must be >= 1, got {max_size}.")
+    if samples_per_insert <= 0:
+        raise ValueError(f"samples_per_insert must be > 0, got {samples_per_insert}.")
+    if not 1 <= min_size_to_sample <= max_size:
+        raise ValueError(
+            f"min_size_to_sample must be in [1, max_size={max_size}], got {min_size_to_sample}."
+        )

@@ -10,9 +10,11 @@ import tensorflow as tf
 import tree
 
 from seed_agents import core
+from seed_agents.agents.batches import Batches
 from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.agents.r2d2.networks import RecurrentQNetwork
 from seed_agents.agents.r2d2.targets import n_step_double_q_targets
+from seed_agents.agents.target_networks import update_target
 from seed_agents.replay import unrolls
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import Logger, NoOpLogger
@@ -57,8 +59,7 @@ class R2D2Learner(core.Learner):
     ):
         self._network = network
         self._target_network = network.clone()
-        self._dataset = dataset
-        self._iterator = iter(dataset)
+        self._batches = Batches(dataset)
         self._client = client
         self._table = table
         self._config = config
@@ -85,10 +86,7 @@ class R2D2Learner(core.Learner):
         return int(self._step_count.numpy())
 
     def _copy_to_target(self) -> None:
-        for target, source in zip(
-            self._target_network.variables, self._network.variables, strict=True
-        ):
-            target.assign(source)
+        update_target(self._target_network.variables, self._network.variables)
 
     def _loss(self, data: dict[str, Any], weights: tf.Tensor):
         c = self._config
@@ -160,12 +158,9 @@ class R2D2Learner(core.Learner):
         return priorities, metrics
 
     def step(self) -> dict[str, float]:
-        try:
-            sample = next(self._iterator)
-        except (StopIteration, tf.errors.OutOfRangeError, tf.errors.DeadlineExceededError):
-            # No batch within the dataset's timeout: return so the caller sees stop events.
-            self._iterator = iter(self._dataset)
-            return {}
+        sample = self._batches.next()
+        if sample is None:  # No batch within the dataset's timeout: let the caller see
+            return {}       # its stop event.
         info = sample.info
         priorities, metrics = self._train(sample.data, info.probability, info.table_size)
         self._client.mutate_priorities(

@@ -9,6 +9,7 @@ import tensorflow as tf
 import tree
 
 from seed_agents import core
+from seed_agents.agents.batches import Batches
 from seed_agents.agents.vtrace import losses
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.agents.vtrace.networks import PolicyValueNetwork
@@ -43,8 +44,7 @@ class VTraceLearner(core.Learner):
         logger: Logger | None = None,
     ):
         self._network = network
-        self._dataset = dataset
-        self._iterator = iter(dataset)
+        self._batches = Batches(dataset)
         self._config = config
         self._counter = counter or Counter()
         self._logger = logger or NoOpLogger()
@@ -145,10 +145,8 @@ class VTraceLearner(core.Learner):
         return metrics
 
     def step(self) -> dict[str, float]:
-        try:
-            sample = next(self._iterator)
-        except (StopIteration, tf.errors.OutOfRangeError, tf.errors.DeadlineExceededError):
-            self._iterator = iter(self._dataset)
+        sample = self._batches.next()
+        if sample is None:
             return {}
         metrics = {k: float(v) for k, v in self._train(sample.data).items()}
         self._num_steps.assign_add(1)

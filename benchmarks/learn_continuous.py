@@ -1,0 +1,191 @@
+"""Continuous control at a fixed env-step budget: SAC on HalfCheetah-v5, D4PG on walker-walk.
+
+    python benchmarks/learn_continuous.py [--seeds 3] [--steps 100000] [--agents sac,d4pg]
+                                          [--parallel 1] [--set sac:key=value ...]
+
+Each run is the in-process backend with central inference (runner threads call the
+inference server, which writes n-step transitions to the rate-limited table), one runner
+of `--envs` environments, the first of them a deterministic evaluation environment. At the
+budget, the trained policy plays `--eval-episodes` episodes deterministically (its mean
+action) on a fresh environment: that mean return is the seed's figure. A uniformly random
+policy plays the same number of episodes on each task, in the same run: the baseline.
+
+`--parallel N` runs N seeds at once in separate processes (each with its TF threads
+sized for its share of the cores). Prints one JSON line last; measures, never asserts.
+`value` is SAC's median over seeds; `ratio` is (value - random) / (target - random), so 1
+meets the issue's target (3,000 on HalfCheetah at 100K env steps) and 0 is random play.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+TASKS = {"sac": "gym:HalfCheetah-v5", "d4pg": "dmc:walker-walk"}
+TARGETS = {"sac": 3000.0, "d4pg": 500.0}
+
+
+def _builder(agent: str, overrides: list[str]) -> Any:
+    from builders.d4pg import D4PGBuilder
+    from builders.sac import SACBuilder
+    from seed_agents.agents.d4pg.config import D4PGConfig
+    from seed_agents.agents.sac.config import SACConfig
+    from seed_agents.utils.overrides import parse_overrides
+
+    if agent == "sac":
+        return SACBuilder(parse_overrides(SACConfig, overrides))
+    return D4PGBuilder(parse_overrides(D4PGConfig, overrides))
+
+
+def evaluate(builder: Any, networks: Any, env_id: str, episodes: int, seed: int) -> float:
+    """Mean return of `episodes` deterministic episodes of the policy over `networks`."""
+    from seed_agents.actors import PolicyActor
+    from seed_agents.environment_loop import EnvironmentLoop
+    from seed_agents.envs import make_environment
+    from seed_agents.specs import make_environment_spec
+
+    env = make_environment(env_id, seed)
+    spec = make_environment_spec(env)
+    policy = builder.make_policy(networks, spec, evaluation=True, seed=seed)
+    loop = EnvironmentLoop(env, PolicyActor(policy, action_spec=spec.actions))
+    returns = [loop.run_episode()["episode_return"] for _ in range(episodes)]
+    env.close()
+    return float(sum(returns) / len(returns))
+
+
+def random_return(env_id: str, episodes: int, seed: int) -> float:
+    """Mean return of uniformly random actions in [-1, 1]^d."""
+    import numpy as np
+
+    from seed_agents.envs import make_environment
+
+    env = make_environment(env_id, seed)
+    rng = np.random.default_rng(seed)
+    size = env.action_spec().shape
+    total = 0.0
+    for _ in range(episodes):
+        step = env.reset()
+        while not step.last():
+            step = env.step(rng.uniform(-1.0, 1.0, size).astype(np.float32))
+            total += float(step.reward)
+    env.close()
+    return total / episodes
+
+
+def run_seed(agent: str, seed: int, args: argparse.Namespace, threads: int) -> dict[str, Any]:
+    """One training run and its final deterministic evaluation."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ["SEED_AGENTS_TF_THREADS"] = str(threads)
+    import tensorflow as tf
+
+    from launch.experiment import Experiment
+    from launch.inprocess import run_inprocess
+
+    builder = _builder(agent, [o.split(":", 1)[1] for o in args.overrides
+                               if o.startswith(f"{agent}:")])
+    captured: dict[str, Any] = {}
+
+    def networks(spec):  # the run's one set of networks, kept for the evaluation
+        captured["networks"] = builder.make_networks(spec)
+        return captured["networks"]
+
+    tf.random.set_seed(seed)
+    start = time.monotonic()
+    result = run_inprocess(Experiment(
+        builder=builder, environment=TASKS[agent], network_factory=networks,
+        num_runners=1, envs_per_runner=args.envs, max_env_steps=args.steps, seed=seed,
+        log_every_s=30.0, checkpoint_every_s=None), stream=sys.stderr)
+    wall = time.monotonic() - start
+    eval_return = evaluate(builder, captured["networks"], TASKS[agent], args.eval_episodes,
+                           seed + 999_983)
+    out = {
+        "seed": seed,
+        "eval_return": round(eval_return, 1),
+        "train_mean_return": round(result.mean_return, 1),
+        "env_steps": result.env_steps,
+        "learner_steps": result.learner_steps,
+        "wall_s": round(wall, 1),
+        "updates_per_s": round(result.learner_steps / wall, 1),
+        "samples_per_insert": round(result.learner_steps * builder.config.batch_size
+                                    / max(result.env_steps, 1), 1),
+    }
+    print(f"{agent} seed {seed}: {out}", flush=True)
+    return out
+
+
+def _run_seed_job(job: tuple) -> dict[str, Any]:
+    return run_seed(*job)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=100_000, help="env steps per run")
+    parser.add_argument("--agents", default="sac,d4pg")
+    parser.add_argument("--envs", type=int, default=4,
+                        help="environments of the one runner, the first for evaluation")
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--parallel", type=int, default=1, help="seeds run at once")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="AGENT:KEY=VALUE", help="e.g. sac:batch_size=128")
+    args = parser.parse_args()
+    agents = args.agents.split(",")
+    unknown = set(agents) - set(TASKS)
+    if unknown:
+        parser.error(f"unknown agents {sorted(unknown)}; choose from {sorted(TASKS)}")
+    threads = max(1, (os.cpu_count() or 1) // args.parallel)
+    jobs = [(agent, seed, args, threads) for agent in agents
+            for seed in range(args.first_seed, args.first_seed + args.seeds)]
+    start = time.monotonic()
+    if args.parallel > 1:
+        with multiprocessing.get_context("spawn").Pool(args.parallel) as pool:
+            results = pool.map(_run_seed_job, jobs, chunksize=1)
+    else:
+        results = [run_seed(*job) for job in jobs]
+    wall = time.monotonic() - start
+    by_agent = {agent: [r for (a, *_), r in zip(jobs, results, strict=True) if a == agent]
+                for agent in agents}
+    randoms = {agent: random_return(TASKS[agent], args.eval_episodes, 12_345)
+               for agent in agents}
+
+    def summary(agent: str) -> dict[str, Any]:
+        runs = by_agent[agent]
+        value = statistics.median(r["eval_return"] for r in runs)
+        return {"env": TASKS[agent], "value": round(value, 1),
+                "random_return": round(randoms[agent], 1), "target": TARGETS[agent],
+                "per_seed": runs}
+
+    from seed_agents.utils.reference import machine_report
+
+    report = {agent: summary(agent) for agent in agents}
+    headline = report.get("sac") or next(iter(report.values()))
+    value, random = headline["value"], headline["random_return"]
+    target = headline["target"]
+    print(json.dumps({
+        "bench": "learn_continuous",
+        "value": value,
+        "unit": "return",
+        "seeds": args.seeds,
+        **report,
+        "wall_s": round(wall, 1),
+        "updates_per_s": round(statistics.median(r["updates_per_s"] for r in results), 1),
+        "samples_per_insert": round(statistics.median(r["samples_per_insert"]
+                                                      for r in results), 1),
+        "baseline": random,
+        "ratio": round((value - random) / (target - random), 3),
+        "ratio_kind": "(value - random) / (target - random): 1 meets the target",
+        "machine": machine_report("float32"),
+        "config": {"steps": args.steps, "envs": args.envs, "eval_episodes":
+                   args.eval_episodes, "parallel": args.parallel, "overrides": args.overrides},
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""D4PG hyperparameters, checked when built."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from seed_agents.agents.replay_config import ActorCriticConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class D4PGConfig(ActorCriticConfig):
+    """Everything the D4PG builder, learner and policy need to agree on.
+
+    Acme's defaults where they fit two CPU cores: 5-step returns, exploration noise 0.3,
+    a categorical critic of 51 atoms on [-150, 150], Adam at 1e-4, batches of 256. Where
+    they differ, and why:
+      * samples_per_insert 128 (Acme: 32): half an update per env step; Acme's ratio was
+        chosen for many actors feeding one learner, and at 100K env steps it leaves a
+        single machine's learner a few thousand updates;
+      * hidden sizes (256, 256) for both networks (Acme: (256, 256, 256) and
+        (512, 512, 256)): about a third of the critic's compute per update;
+      * Polyak-averaged targets (tau 0.005) instead of a copy every 100 steps, the same
+        target rule as SAC (`seed_agents.agents.target_networks`).
+    Replay, acting and network fields are `ActorCriticConfig`'s.
+
+    D4PG's own:
+      num_atoms, v_min, v_max: the critic's support, num_atoms values evenly spaced on
+        [v_min, v_max]; returns outside it are clipped onto its ends.
+      sigma: standard deviation of the Gaussian exploration noise on the actions
+        (clipped back into [-1, 1]); evaluation environments act without it.
+    """
+
+    n_step: int = 5
+    samples_per_insert: float = 128.0
+    learning_rate: float = 1e-4
+    num_atoms: int = 51
+    v_min: float = -150.0
+    v_max: float = 150.0
+    sigma: float = 0.3
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.num_atoms < 2:
+            raise ValueError(f"num_atoms must be >= 2, got {self.num_atoms}.")
+        if not self.v_min < self.v_max:
+            raise ValueError(f"v_min ({self.v_min}) must be below v_max ({self.v_max}).")
+        if self.sigma < 0:
+            raise ValueError(f"sigma must be >= 0, got {self.sigma}.")

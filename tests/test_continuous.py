@@ -1,0 +1,371 @@
+"""Continuous actions end to end: specs, rescaling, environments, SAC and D4PG."""
+
+from __future__ import annotations
+
+import collections
+import csv
+import dataclasses
+import re
+
+import dm_env
+import gymnasium
+import numpy as np
+import pytest
+import tensorflow as tf
+import tree
+from dm_env import specs
+
+from builders.d4pg import D4PGBuilder
+from builders.sac import SACBuilder
+from builders.vtrace import VTraceBuilder
+from launch import cli
+from launch.experiment import Experiment
+from launch.inprocess import run_inprocess
+from seed_agents.agents.d4pg.config import D4PGConfig
+from seed_agents.agents.d4pg.learning import D4PGLearner
+from seed_agents.agents.d4pg.networks import D4PGNetworks, categorical_projection
+from seed_agents.agents.sac.config import SACConfig
+from seed_agents.agents.sac.learning import SACLearner
+from seed_agents.agents.sac.networks import SACNetworks, tanh_log_det_jacobian
+from seed_agents.envs import make_environment
+from seed_agents.envs.action_scaling import CanonicalActions
+from seed_agents.replay import transitions as tr
+from seed_agents.specs import EnvironmentSpec, check_action_spec, make_environment_spec
+
+SMALL_SAC = SACConfig(actor_hidden_sizes=(32, 32), critic_hidden_sizes=(32, 32), batch_size=16,
+                      min_replay_size=64, samples_per_insert=4.0, replay_size=10_000)
+SMALL_D4PG = D4PGConfig(actor_hidden_sizes=(32, 32), critic_hidden_sizes=(32, 32),
+                        batch_size=16, min_replay_size=64, samples_per_insert=4.0,
+                        replay_size=10_000, num_atoms=11, v_min=-10.0, v_max=10.0)
+
+
+# --- action specs and rescaling -------------------------------------------------------
+
+
+class _Env(dm_env.Environment):
+    """A one-state environment with a given action spec; reward = -|a - 0.25|^2."""
+
+    def __init__(self, action_spec: specs.Array):
+        self._spec = action_spec
+
+    def reset(self):
+        return dm_env.restart(np.zeros(2, np.float32))
+
+    def step(self, action):
+        reward = -float(np.sum(np.square(np.asarray(action, np.float64) - 0.25)))
+        return dm_env.termination(np.float32(reward), np.zeros(2, np.float32))
+
+    def observation_spec(self):
+        return specs.Array((2,), np.float32)
+
+    def action_spec(self):
+        return self._spec
+
+
+def test_only_discrete_and_bounded_float_vector_actions_are_supported():
+    check_action_spec(specs.DiscreteArray(3, dtype=np.int32))
+    check_action_spec(specs.BoundedArray((2,), np.float32, -1.0, 1.0))
+    for bad, why in [
+        (specs.Array((2,), np.float32), "neither a DiscreteArray nor a BoundedArray"),
+        (specs.BoundedArray((2,), np.float64, -1.0, 1.0), "not float32"),
+        (specs.BoundedArray((2, 2), np.float32, -1.0, 1.0), "not (d,)"),
+        (specs.BoundedArray((2,), np.float32, -np.inf, 1.0), "not finite"),
+        (specs.BoundedArray((2,), np.int32, 0, 3), "not float32"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(why)) as error:
+            make_environment_spec(_Env(bad))
+        assert repr(bad) in str(error.value)  # the message names the spec
+
+
+def test_canonical_actions_rescale_clip_and_count():
+    inner = specs.BoundedArray((2,), np.float64, [-2.0, 0.0], [2.0, 10.0])
+    seen = []
+
+    class Recording(_Env):
+        def step(self, action):
+            seen.append(action)
+            return super().step(action)
+
+    env = CanonicalActions(Recording(inner))
+    spec = env.action_spec()
+    assert spec.dtype == np.float32 and spec.shape == (2,)
+    assert np.all(spec.minimum == -1.0) and np.all(spec.maximum == 1.0)
+    env.step(np.array([-1.0, 1.0], np.float32))
+    env.step(np.array([0.0, 0.0], np.float32))
+    assert env.bad_actions == 0
+    env.step(np.array([3.0, np.nan], np.float32))  # clipped to 1, NaN to the middle
+    env.step(np.array([-7.0, 0.5], np.float32))
+    np.testing.assert_allclose(seen, [[-2.0, 10.0], [0.0, 5.0], [2.0, 5.0], [-2.0, 7.5]])
+    assert all(a.dtype == np.float64 for a in seen) and env.bad_actions == 2
+    with pytest.raises(ValueError, match="finite"):
+        CanonicalActions(_Env(specs.BoundedArray((1,), np.float32, -np.inf, 1.0)))
+
+
+def test_gym_pendulum_acts_in_minus_one_to_one_on_its_own_torque_range():
+    env = make_environment("gym:Pendulum-v1", seed=3)
+    raw = gymnasium.make("Pendulum-v1")
+    raw.reset(seed=3)
+    env.reset()
+    assert make_environment_spec(env).action_size == 1
+    for action in (1.0, -0.5):  # Pendulum's torque range is [-2, 2]
+        step = env.step(np.array([action], np.float32))
+        observation, reward, *_ = raw.step(np.array([2.0 * action], np.float32))
+        np.testing.assert_allclose(step.observation, observation, rtol=1e-6)
+        assert step.reward == pytest.approx(reward, rel=1e-5)
+
+
+def test_control_suite_walker_has_flat_float32_observations_and_a_truncating_time_limit():
+    env = make_environment("dmc:walker-walk", seed=0)
+    spec = make_environment_spec(env)
+    assert spec.observations.shape == (24,) and spec.observations.dtype == np.float32
+    assert spec.action_size == 6
+    step = env.reset()
+    assert step.observation.dtype == np.float32 and step.observation.shape == (24,)
+    steps = 0
+    while not step.last():
+        step = env.step(np.zeros(6, np.float32))
+        steps += 1
+    assert steps == 1000 and step.discount == 1.0  # cut by time, not a failure
+    env.close()
+    with pytest.raises(ValueError, match="walker's tasks: walker-run, walker-stand"):
+        make_environment("dmc:walker-fly")
+    with pytest.raises(ValueError, match="dmc:<domain>-<task>"):
+        make_environment("dmc:walker")
+
+
+def test_agents_refuse_environments_they_cannot_act_in(capsys):
+    with pytest.raises(ValueError, match="continuous actions in \\[-1, 1\\]"):
+        Experiment(SACBuilder(SMALL_SAC), "gym:CartPole-v1").environment_spec()
+    with pytest.raises(ValueError, match="discrete actions"):
+        Experiment(VTraceBuilder(), "gym:Pendulum-v1").environment_spec()
+    odd = specs.BoundedArray((1,), np.float32, 0.0, 5.0)  # continuous, not rescaled
+    with pytest.raises(ValueError, match="CanonicalActions"):
+        Experiment(D4PGBuilder(SMALL_D4PG), lambda seed: _Env(odd)).environment_spec()
+    assert cli.main(["train", "--agent", "sac", "--env", "gym:CartPole-v1"]) == 2
+    assert "DiscreteArray" in capsys.readouterr().err
+
+
+# --- the math ---------------------------------------------------------------------------
+
+
+def test_tanh_gaussian_log_probability_is_the_squashed_density():
+    networks = SACNetworks((3,), 2, (8,), (8,))
+    observation = tf.constant(np.random.default_rng(0).normal(size=(5, 3)), tf.float32)
+    noise = tf.constant(np.random.default_rng(1).normal(size=(5, 2)), tf.float32)
+    action, log_prob = networks.sample(observation, noise)
+    mean, log_std = (t.numpy().astype(np.float64) for t in networks.policy(observation))
+    u = mean + np.exp(log_std) * noise.numpy()
+    gaussian = np.sum(-0.5 * noise.numpy() ** 2 - log_std - 0.5 * np.log(2 * np.pi), -1)
+    expected = gaussian - np.sum(np.log(1.0 - np.tanh(u) ** 2), -1)
+    np.testing.assert_allclose(log_prob.numpy(), expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(action.numpy(), np.tanh(u), rtol=1e-5)
+    # Where tanh rounds to 1 in float32, the stable form stays finite.
+    far = tanh_log_det_jacobian(tf.constant([[30.0, -30.0]]))
+    assert np.isfinite(far.numpy()).all()
+    assert far.numpy()[0] == pytest.approx(2 * (2 * np.log(2) - 60.0), rel=1e-4)
+
+
+def _project_reference(p, reward, discount, support):
+    """C51's projection written out atom by atom."""
+    v_min, v_max = support[0], support[-1]
+    dz = (v_max - v_min) / (len(support) - 1)
+    out = np.zeros_like(p)
+    for b in range(p.shape[0]):
+        for j, z in enumerate(support):
+            position = (np.clip(reward[b] + discount[b] * z, v_min, v_max) - v_min) / dz
+            low, high = int(np.floor(position)), int(np.ceil(position))
+            if low == high:
+                out[b, low] += p[b, j]
+            else:
+                out[b, low] += p[b, j] * (high - position)
+                out[b, high] += p[b, j] * (position - low)
+    return out
+
+
+def test_categorical_projection_matches_the_atom_by_atom_reference():
+    rng = np.random.default_rng(0)
+    support = np.linspace(-10.0, 10.0, 11)
+    p = rng.dirichlet(np.ones(11), size=6)
+    reward = np.array([0.0, 1.3, -25.0, 25.0, 2.0, -0.7])  # two push mass off the ends
+    discount = np.array([1.0, 0.9, 0.99, 0.5, 0.0, 0.97])
+    got = categorical_projection(tf.constant(p, tf.float32), tf.constant(reward, tf.float32),
+                                 tf.constant(discount, tf.float32),
+                                 tf.constant(support, tf.float32)).numpy()
+    np.testing.assert_allclose(got, _project_reference(p, reward, discount, support),
+                               atol=1e-5)
+    np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-5)  # no mass lost
+    assert got[4, 6] == pytest.approx(1.0, abs=1e-5)  # discount 0: all mass at r = 2
+
+
+def _bandit_dataset(batch: int = 64) -> tf.data.Dataset:
+    """One-step transitions of a bandit whose reward peaks at a = 0.25 in every entry."""
+    rng = np.random.default_rng(0)
+    action = rng.uniform(-1, 1, (4096, 2)).astype(np.float32)
+    data = {
+        tr.OBSERVATION: np.zeros((4096, 2), np.float32),
+        tr.ACTION: action,
+        tr.REWARD: (-np.sum((action - 0.25) ** 2, -1)).astype(np.float32),
+        tr.DISCOUNT: np.zeros(4096, np.float32),
+        tr.NEXT_OBSERVATION: np.zeros((4096, 2), np.float32),
+        tr.EXTRAS: {},
+    }
+    sample = collections.namedtuple("Sample", "data")
+    return (tf.data.Dataset.from_tensor_slices(data).shuffle(4096, seed=0).repeat()
+            .batch(batch).map(sample))
+
+
+def test_sac_learner_finds_the_best_action_of_a_bandit():
+    config = dataclasses.replace(SMALL_SAC, learning_rate=3e-3, batch_size=64)
+    networks = SACNetworks((2,), 2, (32, 32), (32, 32))
+    learner = SACLearner(networks, _bandit_dataset(), config, seed=0)
+    for _ in range(600):
+        metrics = learner.step()
+    best = networks.mode(tf.zeros([1, 2])).numpy()[0]
+    np.testing.assert_allclose(best, [0.25, 0.25], atol=0.15)
+    assert set(metrics) >= {"critic_loss", "actor_loss", "temperature", "entropy"}
+    assert metrics["temperature"] < 1.0  # the entropy target pulled alpha down
+    assert learner.num_steps == 600
+
+
+def test_d4pg_learner_finds_the_best_action_of_a_bandit():
+    config = dataclasses.replace(SMALL_D4PG, learning_rate=3e-3, batch_size=64,
+                                 v_min=-10.0, v_max=1.0)
+    networks = D4PGNetworks((2,), 2, (32, 32), (32, 32), 11, -10.0, 1.0)
+    learner = D4PGLearner(networks, _bandit_dataset(), config)
+    for _ in range(600):
+        learner.step()
+    best = networks.policy(tf.zeros([1, 2])).numpy()[0]
+    np.testing.assert_allclose(best, [0.25, 0.25], atol=0.15)
+
+
+# --- whole runs -------------------------------------------------------------------------
+
+
+def _rows(path) -> list[dict[str, str]]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("runners", [1, 4])
+def test_rate_limiter_holds_samples_per_insert_within_its_buffer(tmp_path, runners):
+    config = dataclasses.replace(SMALL_SAC, num_eval_envs=0)
+    experiment = Experiment(SACBuilder(config), "gym:Pendulum-v1", num_runners=runners,
+                            envs_per_runner=2, max_env_steps=1_500, logdir=str(tmp_path),
+                            checkpoint_every_s=None)
+    result = run_inprocess(experiment)
+    assert "budget" in result.stop_reason and result.learner_steps > 0
+    rows = [r for r in _rows(tmp_path / "learner.csv")
+            if r["replay_inserts"] not in ("", "nan") and float(r["replay_inserts"]) > 0]
+    assert rows, "the learner logged no samples-per-insert reading"
+    spi, eb = config.samples_per_insert, config.error_buffer
+    for row in rows:
+        inserts, samples = float(row["replay_inserts"]), float(row["replay_samples"])
+        # Reverb's invariant: spi * inserts - samples stays within eb of spi * min_size
+        # (one batch and one insert of slack: a reading can fall between the two halves
+        # of a sample or an insert).
+        diff = spi * inserts - samples
+        assert abs(diff - spi * config.min_replay_size) <= eb + config.batch_size + spi
+    last = float(rows[-1]["samples_per_insert"])
+    assert last == pytest.approx(float(rows[-1]["replay_samples"])
+                                 / float(rows[-1]["replay_inserts"]))
+
+
+@pytest.mark.parametrize("builder", [SACBuilder(SMALL_SAC), D4PGBuilder(SMALL_D4PG)],
+                         ids=["sac", "d4pg"])
+def test_continuous_agents_train_in_process_with_evaluation_environments(builder):
+    experiment = Experiment(builder, "gym:Pendulum-v1", num_runners=1, envs_per_runner=3,
+                            max_env_steps=600)
+    result = run_inprocess(experiment)
+    assert "budget" in result.stop_reason
+    assert result.learner_steps > 0 and result.env_steps >= 600
+    assert result.eval_mean_return is not None  # the deterministic environment's episodes
+
+
+class _GaussianPolicy:
+    """A custom agent's policy: Gaussian actions, its log-probability in the extras."""
+
+    num_evaluation_envs = 0
+    state_spec = ()
+    extras_spec = {"log_prob": specs.Array((), np.float32)}
+
+    def __init__(self, size: int):
+        self._size = size
+        self._rng = np.random.default_rng(0)
+
+    def initial_state(self, batch_size):
+        return ()
+
+    def step(self, observation, prev_action, state, env_ids=None):
+        assert prev_action.dtype == np.float32 and prev_action.shape[1:] == (self._size,)
+        action = np.clip(self._rng.normal(size=(len(observation), self._size)), -1, 1)
+        return action.astype(np.float32), {"log_prob": np.zeros(len(observation),
+                                                                 np.float32)}, ()
+
+
+def test_a_custom_agent_writes_unrolls_of_float_actions():
+    from builders.base import AgentBuilder
+    from seed_agents import core
+    from seed_agents.agents.batches import Batches
+    from seed_agents.replay import make_dataset, queue_table, unroll_signature
+
+    class Counting(core.Learner):
+        def __init__(self, dataset):
+            self.batches = Batches(dataset)
+            self.seen = []
+
+        def step(self):
+            sample = self.batches.next()
+            if sample is not None:
+                self.seen.append(tree.map_structure(lambda x: x.numpy(), sample.data))
+            return {}
+
+        def get_variables(self, names):
+            return [[] for _ in names]
+
+    @dataclasses.dataclass
+    class CustomBuilder(AgentBuilder):
+        unroll_length: int = 5
+
+        def make_networks(self, env_spec):
+            return tf.Module()
+
+        def make_policy(self, networks, env_spec, evaluation=False, seed=None, num_envs=1):
+            return _GaussianPolicy(env_spec.action_size)
+
+        def make_replay_tables(self, env_spec, policy):
+            signature = unroll_signature(env_spec, self.unroll_length, policy.extras_spec)
+            return [queue_table(self.table, 32, signature)]
+
+        def make_learner(self, networks, replay_address, counter=None, logger=None):
+            self.learner = Counting(make_dataset(replay_address, self.table, 2))
+            return self.learner
+
+    builder = CustomBuilder()
+    result = run_inprocess(Experiment(builder, "gym:Pendulum-v1", num_runners=1,
+                                      envs_per_runner=2, max_env_steps=400))
+    assert result.env_steps >= 400
+    unroll = builder.learner.seen[0]
+    assert unroll["action"].shape == (2, 6, 1) and unroll["action"].dtype == np.float32
+    assert unroll["prev_action"].shape == (2, 6, 1)
+    # The previous action of a row is the action of the row before it (within episodes).
+    same = unroll["step_type"][:, 1:] != 0
+    np.testing.assert_array_equal(unroll["prev_action"][:, 1:][same],
+                                  unroll["action"][:, :-1][same])
+
+
+def test_spec_of_a_continuous_task_reaches_the_agent_unchanged():
+    spec = Experiment(SACBuilder(SMALL_SAC), "dmc:cheetah-run").environment_spec()
+    assert isinstance(spec, EnvironmentSpec) and spec.action_size == 6
+    assert spec.observations.shape == (17,)
+
+
+def test_a_runner_counts_the_bad_actions_its_environments_clipped():
+    from seed_agents.envs import environment_factory
+    from seed_agents.inference.runner import EnvRunner, runner_rates
+
+    runner = EnvRunner(environment_factory("gym:Pendulum-v1"), num_envs=2)
+    runner.run(lambda batch: np.array([[5.0], [np.nan]], np.float32), max_steps=3)
+    runner.run(lambda batch: np.array([[0.5], [-1.0]], np.float32), max_steps=2)
+    assert runner.bad_actions == 6  # 2 environments x 3 steps, then none
+    assert runner_rates({"time": 0.0}, {**runner.figures(), "time": 1.0})["bad_actions"] == 6
+    runner.close()
