@@ -125,7 +125,7 @@ def evaluate(
         env, frame, fps = rendering.environment, rendering.frame, rendering.fps
     else:
         env = environment_factory(run.environment)(seed)
-    actor = PolicyActor(run.make_policy(evaluation=True, seed=seed))
+    actor = PolicyActor(run.make_policy(evaluation=True, seed=seed), action_spec=run.spec.actions)
     writer = None
     returns: list[float] = []
     lengths: list[int] = []

@@ -379,3 +379,47 @@ def test_an_environment_without_pictures_cannot_render():
         make_rendering_environment("fake:obs=4")
     with pytest.raises(CannotRenderError, match="mask:0:fake:obs=4 cannot render"):
         make_rendering_environment("mask:0:fake:obs=4")
+
+
+@pytest.fixture(scope="module")
+def sac_run(tmp_path_factory):
+    from builders.sac import SACBuilder
+    from seed_agents.agents.sac.config import SACConfig
+
+    config = SACConfig(actor_hidden_sizes=(16,), critic_hidden_sizes=(16,), batch_size=8,
+                       min_replay_size=32, samples_per_insert=2.0, replay_size=1_000)
+    logdir = tmp_path_factory.mktemp("runs") / "sac"
+    _train(logdir, SACBuilder(config), environment="gym:Pendulum-v1", steps=400)
+    return logdir
+
+
+def test_an_exported_continuous_policy_loads_without_seed_agents_and_acts_as_the_toolkit(
+        sac_run, tmp_path):
+    model = tmp_path / "model"
+    result = export_policy(load_run(sac_run, cli.AGENTS), model, seed=0)
+    assert result.metadata["action"]["shape"] == ["B", 1]
+    assert result.metadata["action"]["dtype"] == "float32" and result.metadata["state"] == []
+    steps, batch = 3, 5
+    rng = np.random.default_rng(4)
+    inputs = {}
+    for t in range(steps):
+        inputs[f"observation_{t}"] = rng.normal(size=(batch, 3)).astype(np.float32)
+        inputs[f"prev_action_{t}"] = rng.uniform(-1, 1, (batch, 1)).astype(np.float32)
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    script = _LOAD_WITHOUT_SEED_AGENTS.format(
+        site_packages=_site_packages(), inputs=str(tmp_path / "inputs.npz"),
+        model=str(model), steps=steps, outputs=str(tmp_path / "outputs.npz"))
+    out = subprocess.run([sys.executable, "-S", "-c", textwrap.dedent(script)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                         env={"PATH": os.environ["PATH"], "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    exported = dict(np.load(tmp_path / "outputs.npz"))
+    expected = _toolkit_actions(sac_run, inputs, steps)
+    for key, actions in expected.items():
+        np.testing.assert_allclose(exported[key], actions, rtol=1e-6, atol=1e-6,
+                                   err_msg=key)
+    assert not np.allclose(expected["greedy_0"], expected["sample_0"])  # it does sample
+    # And the run evaluates deterministically through the CLI, like the discrete agents.
+    out = _cli("eval", "--logdir", str(sac_run), "--episodes", "2", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "return" in out.stdout

@@ -22,8 +22,9 @@ from seed_agents.specs import EnvironmentSpec
 
 
 class ContinuousPolicy(Policy):
-    """Subclasses define `_act(observation, deterministic) -> action` in TensorFlow
-    (`deterministic` is a [B] bool mask), drawing noise from `self._rng`."""
+    """Subclasses set `self._networks` and define `_act(observation, deterministic) ->
+    action` in TensorFlow (`deterministic` is a [B] bool mask), drawing noise from
+    `self._rng`."""
 
     def __init__(
         self,
@@ -47,6 +48,15 @@ class ContinuousPolicy(Policy):
     def _tf_step(self, observation, prev_action, state, deterministic):
         del prev_action
         return self._act(observation, deterministic), {}, state
+
+    def export_step(self) -> tuple[Any, tuple[Any, ...]]:
+        # The first training environment's step: sampling, unless this is an evaluation
+        # policy (then every environment acts deterministically).
+        def step(observation, prev_action, state):
+            deterministic = tf.fill(tf.shape(observation)[:1], self._evaluation)
+            return self._tf_step(observation, prev_action, state, deterministic)
+
+        return step, (self._networks, self._rng)
 
     def initial_state(self, batch_size: int) -> Any:
         return ()
