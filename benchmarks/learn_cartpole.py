@@ -15,30 +15,15 @@ import json
 import statistics
 import sys
 
-import numpy as np
-
 from builders.vtrace import VTraceBuilder
 from launch.cli import parse_overrides
 from launch.experiment import Experiment
 from launch.inprocess import run_inprocess
 from seed_agents.agents.vtrace.config import VTraceConfig
-from seed_agents.envs import make_environment
+from seed_agents.envs.random_play import random_return
 from seed_agents.utils.reference import machine_report
 
 TARGET = 475.0
-
-
-def random_return(episodes: int = 100, seed: int = 0) -> float:
-    env = make_environment("gym:CartPole-v1", seed=seed)
-    rng = np.random.default_rng(seed)
-    returns = []
-    for _ in range(episodes):
-        timestep, total = env.reset(), 0.0
-        while not timestep.last():
-            timestep = env.step(rng.integers(2))
-            total += timestep.reward
-        returns.append(total)
-    return float(np.mean(returns))
 
 
 def main() -> None:
@@ -94,7 +79,7 @@ def main() -> None:
         "baseline": args.steps,
         "baseline_kind": "target",
         "ratio": round(median_steps / args.steps, 3) if finite else None,
-        "random_return": round(random_return(), 1),
+        "random_return": round(random_return("gym:CartPole-v1", 100, 0), 1),
         # Where it ran: CPU, flags, TF, precision and one-second reference rates.
         "machine": machine_report(config.precision),
         "config": {"transport": args.transport, "runners": args.runners,

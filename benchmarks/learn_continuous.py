@@ -59,25 +59,6 @@ def evaluate(builder: Any, networks: Any, env_id: str, episodes: int, seed: int)
     return float(sum(returns) / len(returns))
 
 
-def random_return(env_id: str, episodes: int, seed: int) -> float:
-    """Mean return of uniformly random actions in [-1, 1]^d."""
-    import numpy as np
-
-    from seed_agents.envs import make_environment
-
-    env = make_environment(env_id, seed)
-    rng = np.random.default_rng(seed)
-    size = env.action_spec().shape
-    total = 0.0
-    for _ in range(episodes):
-        step = env.reset()
-        while not step.last():
-            step = env.step(rng.uniform(-1.0, 1.0, size).astype(np.float32))
-            total += float(step.reward)
-    env.close()
-    return total / episodes
-
-
 def run_seed(agent: str, seed: int, args: argparse.Namespace, threads: int) -> dict[str, Any]:
     """One training run and its final deterministic evaluation."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -152,6 +133,8 @@ def main() -> None:
     wall = time.monotonic() - start
     by_agent = {agent: [r for (a, *_), r in zip(jobs, results, strict=True) if a == agent]
                 for agent in agents}
+    from seed_agents.envs.random_play import random_return
+
     randoms = {agent: random_return(TASKS[agent], args.eval_episodes, 12_345)
                for agent in agents}
 

@@ -394,3 +394,16 @@ def test_user_callable_passes_through_environment_factory():
     assert len(_run_episode(pickle.loads(pickle.dumps(partial))(0))) == 5
     with pytest.raises(TypeError, match="callable"):
         environment_factory(42)
+
+
+def test_random_play_returns_the_mean_of_whole_random_episodes():
+    from seed_agents.envs.random_play import random_return
+
+    # CartPole pays 1 per step: random play lasts about 20 steps, never near 500.
+    assert 10 < random_return("gym:CartPole-v1", 20, seed=0) < 60
+    assert random_return("gym:CartPole-v1", 5, seed=3) == random_return("gym:CartPole-v1", 5,
+                                                                        seed=3)
+    # Continuous actions in the spec's bounds: Pendulum's costs are negative, 200 steps.
+    assert -2000 < random_return("gym:Pendulum-v1", 2, seed=0) < 0
+    with pytest.raises(ValueError, match="episodes must be >= 1"):
+        random_return("gym:CartPole-v1", 0, seed=0)
