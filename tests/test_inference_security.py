@@ -115,7 +115,7 @@ def certificate(tmp_path_factory):
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
          "-nodes", "-keyout", str(folder / "key.pem"), "-out", str(folder / "cert.pem"),
          "-days", "2", "-subj", f"/CN={name}", "-addext", f"subjectAltName=DNS:{name}"],
-        check=True, capture_output=True, timeout=60)
+        check=True, capture_output=True, timeout=300)
     return TLSConfig(cert=str(folder / "cert.pem"), key=str(folder / "key.pem"))
 
 
@@ -170,7 +170,7 @@ def test_runner_process_cli_reads_its_token_from_a_file(tmp_path):
                 [sys.executable, "-m", "seed_agents.inference.runner_process", "--address",
                  address, "--env", ENV, "--num-envs", "2", "--max-steps", "3",
                  "--token-file", str(tmp_path / name)],
-                cwd=repo, capture_output=True, text=True, timeout=120)
+                cwd=repo, capture_output=True, text=True, timeout=600)
             codes[name] = (done.returncode, done.stderr)
         assert codes["right"][0] == 0, codes["right"][1]
         assert codes["wrong"][0] == 2 and "UNAUTHENTICATED" in codes["wrong"][1]

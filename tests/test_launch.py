@@ -164,11 +164,11 @@ def test_cli_overrides_parse_and_fail_clearly():
 
 def test_cli_help_and_bad_input():
     out = subprocess.run([sys.executable, "-m", "launch.cli", "train", "--help"],
-                         capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
+                         capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=600)
     assert out.returncode == 0
     assert "--envs-per-runner" in out.stdout and "learning_rate=" in out.stdout
     out = subprocess.run([sys.executable, "-m", "launch.cli", "train", "--set", "nope=1"],
-                         capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
+                         capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=600)
     assert out.returncode == 2
     assert "no field 'nope'" in out.stderr
 
@@ -179,7 +179,7 @@ def test_cli_trains_and_prints_a_summary(tmp_path):
         [sys.executable, "-m", "launch.cli", "train", "--env", "gym:CartPole-v1",
          "--runners", "2", "--envs-per-runner", "4", "--steps", "2000", "--logdir", str(logdir),
          "--set", "unroll_length=5", "--set", "batch_size=4", "--set", "queue_size=16"],
-        capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300,
+        capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     for line in ("episodes:", "env steps:", "mean return", "wall time:", f"logs: {logdir}"):
@@ -193,7 +193,7 @@ def test_examples_run(tmp_path, script):
     if script == "cartpole_vtrace.py":
         args += ["--logdir", str(tmp_path)]
     out = subprocess.run(args, capture_output=True, text=True, env=_env(), cwd=tmp_path,
-                         timeout=300)
+                         timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "env steps:" in out.stdout and "learner steps:" in out.stdout
     learner_steps = int(out.stdout.split("learner steps:")[1].split()[0].replace(",", ""))
@@ -239,7 +239,7 @@ def test_pong_example_trains_on_the_real_ale_and_checkpoints(tmp_path):
             "--runners", "1", "--envs-per-runner", "4", "--minutes", "4",
             "--logdir", str(tmp_path / "pong")]
     out = subprocess.run(args, capture_output=True, text=True, env=_env(), cwd=tmp_path,
-                         timeout=400)
+                         timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     learner_steps = int(out.stdout.split("learner steps:")[1].split()[0].replace(",", ""))
     assert learner_steps > 0 and "budget" in out.stdout

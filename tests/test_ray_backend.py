@@ -128,7 +128,7 @@ def _kill_runner_when_learning(run_name: str, logdir: Path, killed: dict) -> Non
                 continue
             with contextlib.suppress(ValueError):  # not created yet
                 learner = ray.get_actor(f"{run_name}-learner", namespace=NAMESPACE)
-                address = ray.get(learner.published.remote(), timeout=10).get("control")
+                address = ray.get(learner.published.remote(), timeout=60).get("control")
                 if address and control is None:
                     control = ControlClient(address)
             if control is not None:
@@ -140,7 +140,7 @@ def _kill_runner_when_learning(run_name: str, logdir: Path, killed: dict) -> Non
             raise TimeoutError("the learner made no progress")
         control.close()
         runner = ray.get_actor(f"{run_name}-runner-0", namespace=NAMESPACE)
-        killed["pid"] = ray.get(runner.info.remote(), timeout=10)["pid"]
+        killed["pid"] = ray.get(runner.info.remote(), timeout=60)["pid"]
         killed["env_steps"] = status["env_steps"]
         ray.kill(runner, no_restart=False)
     except BaseException as error:  # noqa: BLE001 - asserted by the test
@@ -291,7 +291,7 @@ def test_two_node_cluster_spreads_runners(tmp_path):
                 [sys.executable, __file__, address, str(logdir)], env=env, cwd=ROOT,
                 stdout=out, stderr=subprocess.STDOUT)
             try:
-                driver.wait(240)
+                driver.wait(600)
             finally:
                 if driver.poll() is None:
                     driver.kill()  # its actors die with it: they belong to its job

@@ -87,6 +87,8 @@ class UnrollWriter:
     reaches the caller. The wait is polled in short slices so that setting `stop_event`
     abandons it (the item in flight may then be lost: the program is stopping), and it
     raises `ReplayTimeoutError` after `timeout_s`, so a dead server never hangs a caller.
+    The default is long because a full queue also waits for a live learner's first step,
+    which traces its graph: on a CPU shared with other work that took over 120 s here.
     Not thread-safe: one writer per thread.
     """
 
@@ -95,7 +97,7 @@ class UnrollWriter:
         client: reverb.Client,
         table: str,
         max_in_flight_items: int = 4,
-        timeout_s: float = 120.0,
+        timeout_s: float = 600.0,
         stop_event: threading.Event | None = None,
         priority_fn: Callable[[Mapping[str, np.ndarray]], float] | None = None,
     ):
