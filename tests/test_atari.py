@@ -231,6 +231,35 @@ def test_without_life_loss_the_episode_is_the_whole_game():
     assert steps > 5 * 20  # Five lives' worth.
 
 
+def test_life_discount_cuts_bootstrapping_but_the_episode_is_the_whole_game():
+    env = _make("breakout,life_discount=1,noops=0,sticky=0")
+    env.reset()
+    discounts, lives_after = [], []
+    timestep = env.step(_FIRE)
+    while not timestep.last():
+        assert timestep.mid()
+        discounts.append(float(timestep.discount))
+        lives_after.append(env.ale.lives())
+        timestep = env.step(_FIRE)
+    assert env.ale.game_over() and timestep.discount == 0.0
+    # Exactly the steps that lost one of the first four lives have discount 0.
+    lost = [i for i, d in enumerate(discounts) if d == 0.0]
+    assert [lives_after[i] for i in lost] == [4, 3, 2, 1]
+    assert all(d == 1.0 for i, d in enumerate(discounts) if i not in lost)
+
+
+def test_life_loss_modes_exclude_each_other_and_protocols_name_their_options():
+    from seed_agents.envs.atari import protocol_env_id
+
+    with pytest.raises(ValueError, match="exclude each other"):
+        parse_atari_id("breakout,life_loss=1,life_discount=1")
+    assert protocol_env_id("Pong", "ale_v5") == "atari:Pong"
+    config = parse_atari_id(protocol_env_id("Pong", "no_sticky_life_loss")[len("atari:"):])
+    assert config.repeat_action_probability == 0.0 and config.discount_on_life_loss
+    with pytest.raises(ValueError, match="Unknown Atari protocol 'v4'"):
+        protocol_env_id("Pong", "v4")
+
+
 def test_explicit_reset_mid_episode_starts_a_new_game():
     env = _make("breakout,life_loss=1,noops=0,sticky=0")
     env.reset()

@@ -11,7 +11,9 @@ preprocessing is a field of `AtariConfig`:
 * a stack of the last 4 frames, newest in the last channel: uint8 `[84, 84, stack]`;
 * 1 to 30 no-op emulator frames after each game reset, for varied starts;
 * sticky actions with probability 0.25 (Machado et al., 2018), done by ALE per frame;
-* optionally a lost life ends the agent's episode (discount 0) without resetting the game;
+* optionally a lost life ends the agent's episode (discount 0) without resetting the game,
+  or, the protocol of CleanRL's and RLlib's Atari results, only cuts the learner's
+  bootstrapping (a MID step with discount 0), so that an episode is still a whole game;
 * games cut at 108,000 emulator frames (30 minutes of play): a truncation, discount 1.
 
 Rewards are the game's raw score changes; clipping is the learner's business.
@@ -26,10 +28,12 @@ keys are
     noops=30        most no-op frames after a game reset, 0 for none (`noop_max`)
     sticky=0.25     probability ALE repeats the previous action (`repeat_action_probability`)
     life_loss=0     a lost life is terminal for the agent (`terminal_on_life_loss`)
+    life_discount=0 a lost life is a MID step with discount 0 (`discount_on_life_loss`)
     max_frames=108000  emulator frames after which a game is truncated (`max_episode_frames`)
     full_actions=0  all 18 joystick actions instead of the game's minimal set (`full_action_set`)
 
 e.g. `atari:Pong`, `atari:breakout,life_loss=1`, `atari:Pong,sticky=0,noops=0,stack=1`.
+`ATARI_PROTOCOLS` names the two evaluation protocols that published Atari figures use.
 """
 
 from __future__ import annotations
@@ -127,6 +131,10 @@ class AtariConfig:
       terminal_on_life_loss: Whether losing a life ends the agent's episode with discount 0.
         The game itself goes on: the next `reset` continues from where it stopped (no no-ops)
         and only a game over or truncation resets the game. Evaluation should leave this off.
+      discount_on_life_loss: Whether the step that loses a life has discount 0 while the
+        episode goes on (a MID step): the learner values a life's end like a game's end,
+        and episode returns still count whole games, as the published figures do. Cannot
+        be combined with `terminal_on_life_loss`.
       max_episode_frames: Emulator frames of a game (no-op frames included) after which it is
         truncated: the step that reaches the cap is a LAST with discount 1. With life loss
         terminal, the cap is on the whole game, not on each life.
@@ -140,6 +148,7 @@ class AtariConfig:
     noop_max: int = 30
     repeat_action_probability: float = 0.25
     terminal_on_life_loss: bool = False
+    discount_on_life_loss: bool = False
     max_episode_frames: int = 108_000
     full_action_set: bool = False
 
@@ -162,6 +171,10 @@ class AtariConfig:
         ):
             raise ValueError(f"repeat_action_probability must be in [0, 1], got {p!r}.")
         _check_bool("terminal_on_life_loss", self.terminal_on_life_loss)
+        _check_bool("discount_on_life_loss", self.discount_on_life_loss)
+        if self.terminal_on_life_loss and self.discount_on_life_loss:
+            raise ValueError("life_loss=1 (a lost life ends the episode) and life_discount=1 "
+                             "(a lost life only has discount 0) exclude each other; pick one.")
         _check_int("max_episode_frames", self.max_episode_frames, 1)
         _check_bool("full_action_set", self.full_action_set)
 
@@ -174,6 +187,7 @@ _OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "noops": ("noop_max", int),
     "sticky": ("repeat_action_probability", float),
     "life_loss": ("terminal_on_life_loss", parse_bool),
+    "life_discount": ("discount_on_life_loss", parse_bool),
     "max_frames": ("max_episode_frames", int),
     "full_actions": ("full_action_set", parse_bool),
 }
@@ -396,17 +410,18 @@ class AtariEnvironment(dm_env.Environment):
         game_over = ale.game_over()
         truncated = ale.getEpisodeFrameNumber() >= self._config.max_episode_frames
         lives = ale.lives()
-        life_lost = self._config.terminal_on_life_loss and lives < self._lives
+        life_lost = lives < self._lives
         self._lives = lives
-        if game_over or life_lost:
+        if game_over or (life_lost and self._config.terminal_on_life_loss):
             # Checked before truncation: when both hold, the future is still worth nothing.
             self._reset_next_step = True
             self._continue_game = not (game_over or truncated)
             return dm_env.TimeStep(dm_env.StepType.LAST, reward, _ZERO, observation)
+        discount = _ZERO if life_lost and self._config.discount_on_life_loss else _ONE
         if truncated:
             self._reset_next_step = True
-            return dm_env.truncation(reward, observation, discount=_ONE)
-        return dm_env.transition(reward, observation, discount=_ONE)
+            return dm_env.truncation(reward, observation, discount=discount)
+        return dm_env.transition(reward, observation, discount=discount)
 
     def observation_spec(self) -> specs.BoundedArray:
         return self._observation_spec
@@ -419,6 +434,30 @@ class AtariEnvironment(dm_env.Environment):
 
     def discount_spec(self) -> specs.BoundedArray:
         return _DISCOUNT_SPEC
+
+
+ATARI_PROTOCOLS: dict[str, str] = {
+    "ale_v5": "",
+    "no_sticky_life_loss": "sticky=0,life_discount=1",
+}
+"""Evaluation protocols by name -> the `atari:<game>` options that select them.
+
+- `ale_v5`: Machado et al.'s recommendation and gymnasium's v5 envs (sticky actions 0.25,
+  the minimal action set, no life-loss signal); the defaults. IMPALA's Atari figures in
+  Cleanba and TorchBeast use it.
+- `no_sticky_life_loss`: the protocol of CleanRL's PPO and RLlib's APPO Atari results: no
+  sticky actions, a lost life is a step with discount 0 for learning, and returns are still
+  counted per game. (Pong has no lives, so there only sticky actions differ.)
+"""
+
+
+def protocol_env_id(game: str, protocol: str) -> str:
+    """`atari:<game>` under the named protocol, e.g. ("Pong", "ale_v5") -> "atari:Pong"."""
+    if protocol not in ATARI_PROTOCOLS:
+        raise ValueError(f"Unknown Atari protocol {protocol!r}; choose from "
+                         f"{sorted(ATARI_PROTOCOLS)}.")
+    options = ATARI_PROTOCOLS[protocol]
+    return f"atari:{game},{options}" if options else f"atari:{game}"
 
 
 def make_atari(rest: str, seed: int | None = None) -> AtariEnvironment:
