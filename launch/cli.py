@@ -26,7 +26,7 @@ from seed_agents.agents.d4pg.config import D4PGConfig  # noqa: E402
 from seed_agents.agents.r2d2.config import R2D2Config  # noqa: E402
 from seed_agents.agents.sac.config import SACConfig  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
-from seed_agents.agents.vtrace.presets import ATARI_CPU  # noqa: E402
+from seed_agents.agents.vtrace.presets import ATARI_CPU, ATARI_PPO  # noqa: E402
 from seed_agents.inference.security import (  # noqa: E402
     DEFAULT_TLS_SERVER_NAME,
     TLSConfig,
@@ -42,7 +42,7 @@ AGENTS: dict[str, tuple[type, type]] = {
 }
 BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
 PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
-    "vtrace": {"atari_cpu": ATARI_CPU},
+    "vtrace": {"atari_cpu": ATARI_CPU, "atari_ppo": ATARI_PPO},
     "r2d2": {},
     "sac": {},
     "d4pg": {},

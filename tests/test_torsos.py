@@ -135,9 +135,11 @@ def test_bfloat16_torso_computes_in_bfloat16_and_keeps_float32_variables_and_out
     full = PolicyValueNetwork(NUM_ACTIONS, PIXELS, (32,), torso=torso, separate_value_torso=True)
     half = PolicyValueNetwork(NUM_ACTIONS, PIXELS, (32,), torso=torso, separate_value_torso=True,
                               precision="bfloat16")
-    # The same variables, all float32: checkpoints and the optimizer do not change.
+    # The same variables, all float32 (but the int64 version count): checkpoints and the
+    # optimizer do not change.
     assert [v.shape for v in half.variables] == [v.shape for v in full.variables]
-    assert {v.dtype for v in half.variables} == {tf.float32}
+    assert {v.dtype for v in half.trainable_variables} == {tf.float32}
+    assert {v.dtype for v in half.variables} == {tf.float32, tf.int64}
     assert {layer.compute_dtype for layer in half._conv + half._torso} == {"bfloat16"}
     # Seeded weights on the initializer's scale: bfloat16's error depends on the weights.
     rng = np.random.default_rng(0)

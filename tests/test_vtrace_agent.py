@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -50,16 +51,10 @@ def test_config_validation_explains_itself():
         VTraceConfig(unroll_length=0)
 
 
-@pytest.mark.parametrize("options", [
-    {},
-    {"lstm_size": 8},
-    {"separate_value_torso": True, "ppo_clip": 0.2, "sgd_steps_per_batch": 2},
-    {"ppo_clip": None, "normalize_advantages": True},
-    {"ppo_clip": 0.1, "normalize_advantages": True},
-])
-def test_learner_trains_on_unrolls_served_by_central_inference(options):
-    config = VTraceConfig(unroll_length=5, batch_size=4, queue_size=32, hidden_sizes=(16,),
-                          **options)
+@contextlib.contextmanager
+def _learner_on_served_unrolls(config: VTraceConfig, unrolls_per_env: int = 3):
+    """(builder, networks, policy, learner, counter) after 8 fake environments acted
+    `unrolls_per_env` unrolls each through central inference into the real queue."""
     builder = VTraceBuilder(config)
     make_env = environment_factory("fake:obs=4,len=7")
     spec = make_environment_spec(make_env(0))
@@ -75,10 +70,29 @@ def test_learner_trains_on_unrolls_served_by_central_inference(options):
                                                InferenceConfig(max_envs=8), counter)
         runner = EnvRunner(make_env, 8, seed=0)
         server.connect("r", 8)
-        runner.run(lambda b: server.step("r", b), max_steps=3 * config.unroll_length + 1)
-        assert adder.unrolls_written == 24
-
+        runner.run(lambda b: server.step("r", b),
+                   max_steps=unrolls_per_env * config.unroll_length + 1)
+        assert adder.unrolls_written == 8 * unrolls_per_env
         learner = builder.make_learner(networks, f"localhost:{replay.port}", counter)
+        yield builder, networks, policy, learner, counter
+    finally:
+        stop.set()
+        if server is not None:
+            server.close()
+        replay.stop()
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"lstm_size": 8},
+    {"separate_value_torso": True, "ppo_clip": 0.2, "sgd_steps_per_batch": 2},
+    {"ppo_clip": None, "normalize_advantages": True},
+    {"ppo_clip": 0.1, "normalize_advantages": True},
+])
+def test_learner_trains_on_unrolls_served_by_central_inference(options):
+    config = VTraceConfig(unroll_length=5, batch_size=4, queue_size=32, hidden_sizes=(16,),
+                          **options)
+    with _learner_on_served_unrolls(config) as (_, _, policy, learner, counter):
         obs = np.ones((1, 4), np.float32)
         before = policy.step(obs, np.zeros(1, np.int32), policy.initial_state(1))[1]["logits"]
         metrics = {}
@@ -87,14 +101,35 @@ def test_learner_trains_on_unrolls_served_by_central_inference(options):
         assert counter.get_counts()["learner_steps"] >= 1
         assert np.isfinite(metrics["loss"]) and metrics["gradient_norm"] > 0
         assert metrics["value_std"] > 0  # the fake env's observations differ
+        assert -np.inf < metrics["explained_variance"] <= 1.0
         # The policy reads the learner's variables: its output moved without any copy.
         after = policy.step(obs, np.zeros(1, np.int32), policy.initial_state(1))[1]["logits"]
         assert not np.allclose(before, after)
-    finally:
-        stop.set()
-        if server is not None:
-            server.close()
-        replay.stop()
+
+
+def test_learner_logs_policy_lag_reuse_and_annealed_schedules():
+    config = VTraceConfig(unroll_length=5, batch_size=4, queue_size=32, hidden_sizes=(16,),
+                          sgd_steps_per_batch=3, learning_rate=1e-3, entropy_cost=0.02,
+                          anneal_steps=4, final_learning_rate_fraction=0.5,
+                          final_entropy_fraction=0.0)
+    with _learner_on_served_unrolls(config) as (_, networks, policy, learner, _):
+        logged = []
+        while len(logged) < 6:  # 24 unrolls: 6 batches, all acted before any update
+            metrics = learner.step()
+            if metrics:
+                logged.append(metrics)
+        # Every row was acted at version 0, so the k-th batch is k updates behind.
+        assert [m["policy_lag"] for m in logged] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        assert int(networks.version.numpy()) == learner.num_steps == 6
+        assert all(m["batch_reuse"] == 3.0 for m in logged)
+        np.testing.assert_allclose([m["learning_rate"] for m in logged],
+                                   [1e-3, 8.75e-4, 7.5e-4, 6.25e-4, 5e-4, 5e-4])
+        np.testing.assert_allclose([m["entropy_cost"] for m in logged],
+                                   [0.02, 0.015, 0.01, 0.005, 0.0, 0.0], atol=1e-9)
+        # The policy now stamps the newest version on what it acts.
+        extras = policy.step(np.ones((2, 4), np.float32), np.zeros(2, np.int32),
+                             policy.initial_state(2))[1]
+        assert extras["policy_version"].tolist() == [6, 6]
 
 
 def test_learner_save_and_restore_round_trip():

@@ -18,13 +18,17 @@ from seed_agents.agents.vtrace.networks import PolicyValueNetwork
 from seed_agents.core import Policy
 from seed_agents.specs import EnvironmentSpec
 
+POLICY_VERSION = "policy_version"
+"""The extras key of the network version each action was taken with."""
+
 
 class VTracePolicy(Policy):
     """Batched policy over a `PolicyValueNetwork`, as one `tf.function` call per batch.
 
     It reads the network's variables directly: when the network is the learner's, every
     batch acts with the newest parameters and nothing is copied (the SEED point). The
-    behaviour logits go into `extras`, for the learner's importance weights. `greedy`
+    behaviour logits go into `extras`, for the learner's importance weights, with the
+    network's `version` (for the learner's policy-lag figure). `greedy`
     takes the most likely action instead of sampling (evaluation).
     """
 
@@ -39,7 +43,8 @@ class VTracePolicy(Policy):
         self._greedy = greedy
         self._rng = random_generator(seed)
         self._action_dtype = np.dtype(env_spec.actions.dtype)
-        self.extras_spec = {"logits": specs.Array((network.num_actions,), np.float32)}
+        self.extras_spec = {"logits": specs.Array((network.num_actions,), np.float32),
+                            POLICY_VERSION: specs.Array((), np.int64)}
         self.state_spec = network.state_spec
         signature = step_signature(env_spec, self.state_spec)
         self._step = tf.function(self._tf_step, input_signature=signature)
@@ -52,7 +57,9 @@ class VTracePolicy(Policy):
             # Gumbel-max sampling with our own generator: seeded, and no op-level seed state.
             uniform = self._rng.uniform(tf.shape(logits), minval=1e-20, maxval=1.0)
             action = tf.argmax(logits - tf.math.log(-tf.math.log(uniform)), axis=-1)
-        return tf.cast(action, self._action_dtype), {"logits": logits}, next_state
+        version = tf.fill(tf.shape(action), self._network.version)
+        extras = {"logits": logits, POLICY_VERSION: version}
+        return tf.cast(action, self._action_dtype), extras, next_state
 
     def export_step(self) -> tuple[Any, tuple[Any, ...]]:
         return self._tf_step, (self._network, self._rng)

@@ -57,6 +57,13 @@ class VTraceConfig:
         With sparse clipped rewards (Atari) most advantages are tiny; normalized, the
         policy gradient keeps its scale against the entropy term whatever the game's
         reward density.
+      anneal_steps: learner steps over which the learning rate and the entropy cost move
+        linearly from `learning_rate` and `entropy_cost` to their final fractions, then
+        stay there (PPO's and APPO's Atari schedules); None keeps both constant.
+      final_learning_rate_fraction: the learning rate at `anneal_steps`, as a fraction of
+        `learning_rate` (0: annealed to zero, as CleanRL's PPO does over its budget).
+      final_entropy_fraction: the entropy cost at `anneal_steps`, as a fraction of
+        `entropy_cost` (1: not annealed).
       precision: "float32"; "bfloat16" computes the torso in bfloat16 (variables, core,
         heads and losses stay float32; see `seed_agents.agents.torsos.PRECISIONS`): ~40%
         less CPU per frame for a pixel torso on hardware with native bfloat16, ~8x more
@@ -87,6 +94,9 @@ class VTraceConfig:
     ppo_clip: float | None = 0.2
     sgd_steps_per_batch: int = 4
     normalize_advantages: bool = False
+    anneal_steps: int | None = None
+    final_learning_rate_fraction: float = 0.0
+    final_entropy_fraction: float = 1.0
     precision: str = "float32"
 
     def __post_init__(self):
@@ -119,6 +129,11 @@ class VTraceConfig:
             raise ValueError(f"adam_beta2 must be in (0, 1), got {self.adam_beta2}.")
         if self.sgd_steps_per_batch < 1:
             raise ValueError(f"sgd_steps_per_batch must be >= 1, got {self.sgd_steps_per_batch}.")
+        if self.anneal_steps is not None and self.anneal_steps < 1:
+            raise ValueError(f"anneal_steps must be >= 1 or None, got {self.anneal_steps}.")
+        for name in ("final_learning_rate_fraction", "final_entropy_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}.")
         # Deferred: the torso table loads TensorFlow, which importing a config should not.
         from seed_agents.agents.torsos import check_torso
         from seed_agents.utils.hardware import check_precision

@@ -11,6 +11,7 @@ import tree
 from seed_agents import core
 from seed_agents.agents.batches import Batches
 from seed_agents.agents.vtrace import losses
+from seed_agents.agents.vtrace.acting import POLICY_VERSION
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.agents.vtrace.networks import PolicyValueNetwork
 from seed_agents.agents.vtrace.vtrace import vtrace_returns
@@ -33,6 +34,13 @@ class VTraceLearner(core.Learner):
     visible to acting at the next batch. `step` returns an empty dict when no batch came
     within the dataset's timeout (see `make_dataset`): a caller's loop then gets to check
     its stop event instead of blocking forever.
+
+    Besides the losses, each step logs what a run needs to be read: the learning rate and
+    entropy cost of the moment (annealed when the config says so), `batch_reuse` (the
+    gradient steps taken on each batch), `explained_variance` of the value against its
+    V-trace targets, and `policy_lag`: the mean number of learner steps between the
+    variables that acted each row (the policy's `policy_version` extra) and the learner's
+    variables now.
     """
 
     def __init__(
@@ -52,6 +60,9 @@ class VTraceLearner(core.Learner):
             config.learning_rate, beta_2=config.adam_beta2, epsilon=config.adam_epsilon
         )
         self._samples_per_step = config.batch_size * config.unroll_length
+        # Schedules are functions of the step count: not state of their own to checkpoint.
+        self._entropy_cost = tf.Variable(config.entropy_cost, dtype=tf.float32,
+                                         trainable=False, name="entropy_cost")
         self._train = tf.function(self._train_steps)
         # A variable, not an int, so that a checkpoint carries it (see checkpoint_objects).
         self._num_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="num_steps")
@@ -108,7 +119,7 @@ class VTraceLearner(core.Learner):
             pg_loss = losses.clipped_surrogate_loss(log_rhos, advantages, c.ppo_clip, mask)
         baseline_loss = losses.baseline_loss(returns.vs, values[:-1], mask)
         entropy_loss = losses.entropy_loss(target_logits, mask)
-        loss = pg_loss + c.baseline_cost * baseline_loss + c.entropy_cost * entropy_loss
+        loss = pg_loss + c.baseline_cost * baseline_loss + self._entropy_cost * entropy_loss
         metrics = {
             "loss": loss,
             "pg_loss": pg_loss,
@@ -118,7 +129,13 @@ class VTraceLearner(core.Learner):
             # Spread of the value over the batch's states: exactly 0 when the network's
             # output no longer depends on its input (e.g. every first-layer ReLU dead).
             "value_std": tf.math.reduce_std(values),
+            "explained_variance": losses.explained_variance(returns.vs, values[:-1], mask),
         }
+        extras = rows[unrolls.EXTRAS]
+        if POLICY_VERSION in extras:  # policies of other agents may not stamp versions
+            acted = tf.cast(extras[POLICY_VERSION][:-1], tf.float32)
+            lag = tf.cast(self._network.version, tf.float32) - acted
+            metrics["policy_lag"] = losses.masked_mean(lag, mask)
         return loss, metrics
 
     def _train_step(self, data: dict[str, Any]) -> dict[str, tf.Tensor]:
@@ -144,12 +161,31 @@ class VTraceLearner(core.Learner):
             metrics = self._train_step(data)
         return metrics
 
+    def _apply_schedules(self) -> dict[str, float]:
+        c = self._config
+        fraction = 1.0
+        if c.anneal_steps is not None:
+            progress = min(self.num_steps / c.anneal_steps, 1.0)
+            fraction = 1.0 - progress
+        learning_rate = c.learning_rate * (c.final_learning_rate_fraction
+                                           + (1.0 - c.final_learning_rate_fraction) * fraction)
+        entropy_cost = c.entropy_cost * (c.final_entropy_fraction
+                                         + (1.0 - c.final_entropy_fraction) * fraction)
+        if c.anneal_steps is not None:
+            self._optimizer.learning_rate = learning_rate
+            self._entropy_cost.assign(entropy_cost)
+        return {"learning_rate": learning_rate, "entropy_cost": entropy_cost,
+                "batch_reuse": float(c.sgd_steps_per_batch)}
+
     def step(self) -> dict[str, float]:
         sample = self._batches.next()
         if sample is None:
             return {}
+        schedules = self._apply_schedules()
         metrics = {k: float(v) for k, v in self._train(sample.data).items()}
+        metrics.update(schedules)
         self._num_steps.assign_add(1)
+        self._network.version.assign(self._num_steps)
         counts = self._counter.increment(
             learner_steps=1, learner_samples=self._samples_per_step
         )
@@ -184,6 +220,7 @@ class VTraceLearner(core.Learner):
                                        strict=True):
                 variable.assign(value)
         self._num_steps.assign(int(state["num_steps"]))
+        self._network.version.assign(self._num_steps)
 
     @property
     def num_steps(self) -> int:

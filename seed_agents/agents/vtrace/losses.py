@@ -27,6 +27,23 @@ def masked_mean(x: tf.Tensor, mask: tf.Tensor | None = None) -> tf.Tensor:
     return tf.reduce_sum(mask * x) / tf.maximum(tf.reduce_sum(mask), tf.ones([], x.dtype))
 
 
+def explained_variance(targets: tf.Tensor, values: tf.Tensor,
+                       mask: tf.Tensor | None = None) -> tf.Tensor:
+    """1 - Var(targets - values) / Var(targets) over the rows `mask` keeps.
+
+    1: the value predicts its targets exactly; 0: no better than their mean; below 0:
+    worse. NaN-free: a batch of constant targets gives 0.
+    """
+    targets, values = tf.stop_gradient(targets), tf.stop_gradient(values)
+
+    def variance(x: tf.Tensor) -> tf.Tensor:
+        return masked_mean(tf.square(x - masked_mean(x, mask)), mask)
+
+    spread = variance(targets)
+    return tf.where(spread > 0, 1.0 - variance(targets - values) / tf.maximum(spread, 1e-12),
+                    0.0)
+
+
 def normalize(x: tf.Tensor, mask: tf.Tensor | None = None, epsilon: float = 1e-8) -> tf.Tensor:
     """(x - mean) / (std + epsilon) over the rows `mask` keeps (all rows without a mask).
 

@@ -26,6 +26,11 @@ class PolicyValueNetwork(tf.Module):
     Variables are created at construction (one call on zeros): the learner and the policy
     trace their `tf.function`s on different threads, and neither may be the one to create
     variables.
+
+    `version` counts the learner steps these variables have had. It travels with them
+    (checkpoints, the copies local actors and evaluators make), and the policy stamps it
+    on every action it takes, so that the learner can log its policy lag: how many
+    updates behind the learner the data it trains on was acted.
     """
 
     def __init__(
@@ -41,6 +46,7 @@ class PolicyValueNetwork(tf.Module):
     ):
         super().__init__(name=name)
         self.num_actions = num_actions
+        self.version = tf.Variable(0, dtype=tf.int64, trainable=False, name="version")
         self.lstm_size = lstm_size
         with self.name_scope:
             self._conv, self._torso = make_torso(torso, hidden_sizes, precision)

@@ -47,6 +47,47 @@ acting.
 """
 
 
+ATARI_PPO: tuple[str, ...] = (
+    "torso=nature_cnn",
+    "hidden_sizes=512,",
+    "separate_value_torso=False",
+    "precision=auto",
+    "learning_rate=2.5e-4",
+    "adam_epsilon=1e-5",
+    "discount=0.99",
+    "vtrace_lambda=0.95",
+    "unroll_length=32",
+    "batch_size=32",
+    "queue_size=96",
+    "sgd_steps_per_batch=4",
+    "ppo_clip=0.1",
+    "normalize_advantages=True",
+    "entropy_cost=0.01",
+    "baseline_cost=0.5",
+    "reward_clip=1.0",
+    "max_gradient_norm=0.5",
+    "final_learning_rate_fraction=0.0",
+)
+"""Atari with the settings of the sample-efficient anchors (CleanRL's `ppo_atari.py`).
+
+Each learner step sees 32 unrolls of 32 steps (1,024 samples, PPO's 8 envs x 128 steps)
+and takes 4 gradient steps on them (PPO's epochs; every unroll is sampled once from the
+queue, and V-trace with lambda 0.95 plays GAE's part while correcting for the policy lag
+of the queue), with Adam at 2.5e-4 annealed linearly to 0, entropy 0.01, PPO's clip 0.1,
+value and advantage scale as in PPO (normalized advantages, value cost 0.5, gradients
+clipped to norm 0.5) and clipped rewards. `anneal_steps` depends on the frame budget:
+`anneal_steps_for(frames)` gives it (`benchmarks/learn_pong.py` sets it). About 4x the
+learner CPU per frame of `ATARI_CPU` (4 passes over each sample instead of 2 on half).
+Not yet run to its 13M-frame budget on this project's machines: see the README.
+"""
+
+
+def anneal_steps_for(frames: int, config: VTraceConfig, action_repeat: int = 4) -> int:
+    """Learner steps that consume `frames` emulator frames: `anneal_steps` for a budget."""
+    env_steps_per_learner_step = config.batch_size * config.unroll_length
+    return max(1, frames // (action_repeat * env_steps_per_learner_step))
+
+
 def atari_cpu() -> VTraceConfig:
     """The config of `ATARI_CPU`."""
     return parse_overrides(VTraceConfig, ATARI_CPU)

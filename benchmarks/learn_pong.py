@@ -1,0 +1,137 @@
+"""Pong's sample efficiency: the score curve of V-trace over a frame budget.
+
+    python benchmarks/learn_pong.py [--frames 13000000] [--protocol ale_v5|no_sticky_life_loss]
+                                    [--preset atari_ppo] [--seed 0] [--minutes 600]
+
+Trains `atari:Pong` under the named protocol (`seed_agents.envs.atari.ATARI_PROTOCOLS`)
+with the named V-trace preset as local processes (the README's Atari data path: runner
+processes, central inference, the FIFO queue), anneals the preset's schedules over the
+frame budget, and reads the run's `train.csv` (the mean return of the last 100 games
+against env steps) back as the score curve. Frames are emulator frames: env steps x 4.
+
+Prints the curve (frames, games, mean return) and, last, one JSON line:
+`value` is the 100-game mean at the end of the run, `frames_to_18` and `frames_to_0` the
+frames when that mean (over at least 100 games) first reached 18 and 0 (null: never),
+`baseline` a uniformly random policy's mean return over `--baseline-games` games of the
+same protocol, played in the same run, and `ratio` = (value - baseline) / (18 -
+baseline): 1 at the issue's target, 0 at random play. A run stopped by `--minutes`
+before its budget says so in `stop_reason` and `frames`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+from builders.vtrace import VTraceBuilder  # noqa: E402
+from launch.experiment import Experiment  # noqa: E402
+from launch.local_mp import run_local_mp  # noqa: E402
+from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
+from seed_agents.agents.vtrace.presets import anneal_steps_for  # noqa: E402
+from seed_agents.envs.atari import ATARI_PROTOCOLS, protocol_env_id  # noqa: E402
+from seed_agents.envs.random_play import random_return  # noqa: E402
+from seed_agents.utils.overrides import parse_overrides  # noqa: E402
+from seed_agents.utils.reference import machine_report  # noqa: E402
+
+TARGET = 18.0
+ACTION_REPEAT = 4
+MIN_GAMES = 100  # the thresholds are read on a 100-game mean, as the anchors' curves are
+
+
+def score_curve(logdir: str) -> list[tuple[int, int, float]]:
+    """(frames, games, mean return of the last 100 games) for each row of `train.csv`
+    that has a mean return."""
+    curve = []
+    with open(os.path.join(logdir, "train.csv"), newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                mean = float(row["mean_return"])
+            except (TypeError, ValueError):
+                continue
+            if np.isfinite(mean):
+                curve.append((int(float(row["env_steps"])) * ACTION_REPEAT,
+                              int(float(row["episodes"])), mean))
+    return curve
+
+
+def frames_to(curve: list[tuple[int, int, float]], score: float) -> int | None:
+    return next((frames for frames, games, mean in curve
+                 if games >= MIN_GAMES and mean >= score), None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frames", type=int, default=13_000_000, help="emulator frames")
+    parser.add_argument("--protocol", choices=sorted(ATARI_PROTOCOLS), default="ale_v5")
+    parser.add_argument("--preset", default="atari_ppo", choices=["atari_ppo", "atari_cpu"])
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="V-trace config overrides after the preset")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--runners", type=int, default=2)
+    parser.add_argument("--envs-per-runner", type=int, default=32)
+    parser.add_argument("--minutes", type=float, default=600.0, help="wall-time limit")
+    parser.add_argument("--baseline-games", type=int, default=3)
+    parser.add_argument("--logdir", default=None, help="default: runs/learn_pong-<time>")
+    args = parser.parse_args()
+
+    from seed_agents.agents.vtrace import presets
+
+    preset = {"atari_ppo": presets.ATARI_PPO, "atari_cpu": presets.ATARI_CPU}[args.preset]
+    config = parse_overrides(VTraceConfig, [*preset, *args.overrides])
+    if args.preset == "atari_ppo" and not any(o.startswith("anneal_steps=")
+                                               for o in args.overrides):
+        config = parse_overrides(VTraceConfig, [
+            *preset, *args.overrides,
+            f"anneal_steps={anneal_steps_for(args.frames, config, ACTION_REPEAT)}"])
+    env_id = protocol_env_id("Pong", args.protocol)
+    logdir = args.logdir or time.strftime("runs/learn_pong-%Y%m%d-%H%M%S")
+
+    baseline = random_return(env_id, args.baseline_games, 10_000 + args.seed)
+    result = run_local_mp(Experiment(
+        builder=VTraceBuilder(config), environment=env_id, num_runners=args.runners,
+        envs_per_runner=args.envs_per_runner, max_env_steps=args.frames // ACTION_REPEAT,
+        max_wall_s=args.minutes * 60.0, seed=args.seed, logdir=logdir, log_every_s=10.0,
+        inference_max_wait_ms=20.0, evaluate_every_s=None, checkpoint_every_s=300.0),
+        stream=sys.stderr)
+    curve = score_curve(logdir)
+    for frames, games, mean in curve[:: max(1, len(curve) // 40)]:
+        print(f"frames {frames:>11,}  games {games:>6,}  mean return {mean:6.2f}")
+    if not np.isfinite(result.mean_return):
+        raise SystemExit(f"No game of Pong ended within the run ({result.env_steps:,} env "
+                         "steps): give it more frames or minutes.")
+    value = result.mean_return
+    print(json.dumps({
+        "bench": "learn_pong",
+        "value": round(value, 2),
+        "unit": "return",
+        "frames": result.env_steps * ACTION_REPEAT,
+        "frame_budget": args.frames,
+        "games": result.episodes,
+        "frames_to_18": frames_to(curve, TARGET),
+        "frames_to_0": frames_to(curve, 0.0),
+        "frames_per_s": round(result.env_steps * ACTION_REPEAT / result.wall_s, 1),
+        "stop_reason": result.stop_reason,
+        "protocol": args.protocol,
+        "env": env_id,
+        "preset": args.preset,
+        "overrides": args.overrides,
+        "seed": args.seed,
+        "logdir": logdir,
+        "baseline": round(baseline, 2),
+        "baseline_kind": f"random policy, {args.baseline_games} games",
+        "ratio": round((value - baseline) / (TARGET - baseline), 3),
+        "ratio_kind": "(value - random) / (18 - random): 1 meets the target",
+        "machine": machine_report(config.precision),
+    }))
+
+
+if __name__ == "__main__":
+    main()
