@@ -151,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--preset", default=None,
                        help="named agent settings applied before any --set: "
                             "vtrace: atari_cpu (Atari on a few CPU cores, as "
-                            "examples/atari_pong.py trains)")
+                            "examples/atari_pong.py trains), atari_ppo (CleanRL PPO's "
+                            "Atari settings; set anneal_steps for the budget)")
     train.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override an agent config field (repeatable)")
     after_training.add_parsers(commands)
