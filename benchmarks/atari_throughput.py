@@ -441,11 +441,15 @@ class _TrainingProbe(threading.Thread):
     (learner, inference server, Reverb) and of its children (the runner processes).
     """
 
-    def __init__(self, progress_csv: Path, period_s: float = 0.5):
+    def __init__(self, progress_csv: Path, window_s: float, period_s: float = 0.5):
         super().__init__(daemon=True, name="training-probe")
         self._path = progress_csv
+        self._window_s = window_s
         self._period_s = period_s
         self._done = threading.Event()
+        # Set once `window_s` seconds have passed since the first learner step: the run
+        # has then given its window, however long starting it took on this machine.
+        self.enough = threading.Event()
         # (time, env steps, learner steps, own CPU s, live children, children's CPU s,
         #  machine idle s)
         self.samples: list[tuple[float, float, float, float, int, float, float]] = []
@@ -456,11 +460,18 @@ class _TrainingProbe(threading.Thread):
             if progress is not None:
                 self.samples.append((time.monotonic(), *progress, time.process_time(),
                                      *_children_cpu_s(), _machine_idle_s()))
+                if time.monotonic() >= self._began() + self._window_s:
+                    self.enough.set()
+
+    def _began(self) -> float:
+        """When the learner's first step was seen (training proper), or +inf."""
+        return next((s[0] for s in self.samples if s[2] > 0), float("inf"))
 
     def window(self, warmup_s: float, children: int) -> list[tuple]:
-        """The samples from `warmup_s` after the first env steps until progress stopped,
-        while all `children` runner processes were alive (none dying or restarting)."""
-        began = next((s[0] for s in self.samples if s[1] > 0), float("inf"))
+        """The samples from `warmup_s` after the first learner step until progress
+        stopped, while all `children` runner processes were alive (none dying or
+        restarting)."""
+        began = self._began()
         final = max((s[1] for s in self.samples), default=0.0)
         window = []
         for sample in self.samples:
@@ -481,10 +492,9 @@ def measure_training(config, runners: int, k: int, warmup_s: float, duration_s: 
     """Env steps/s and learner samples/s of V-trace training under the in-process backend
     with gRPC runner processes, and the CPU it costs per env step.
 
-    The run is given `startup_s` (spawning runners, tracing the learner) plus the warm-up
-    and the duration; the window opens `warmup_s` after the first env steps are counted
-    and lasts to the end of the run (so it is longer than `duration_s` when the start-up
-    was quicker than allowed).
+    The window opens `warmup_s` after the learner's first step (spawning runners and
+    tracing the learner take what they take on this machine) and the run is stopped
+    `duration_s` later; `startup_s` only bounds how long the first step may take.
     """
     from launch.experiment import Experiment
     from launch.inprocess import run_inprocess
@@ -503,23 +513,29 @@ def measure_training(config, runners: int, k: int, warmup_s: float, duration_s: 
             max_wall_s=startup_s + warmup_s + duration_s, logdir=logdir, log_every_s=0.5,
             evaluate_every_s=None, checkpoint_every_s=None,
         )
-        probe = _TrainingProbe(Path(logdir) / "train.csv")
+        probe = _TrainingProbe(Path(logdir) / "train.csv", warmup_s + duration_s)
         probe.start()
         try:
             with open(os.devnull, "w") as quiet:
-                result = run_inprocess(experiment, stream=quiet)
+                result = run_inprocess(experiment, stream=quiet, stop=probe.enough)
         finally:
             probe.finish()
     window = probe.window(warmup_s, runners)
     if len(window) < 2:
-        return {"env_steps_per_s": float("nan"), "learner_steps": result.learner_steps}
+        return {"trained_steps_per_s": float("nan"), "env_steps_per_s": float("nan"),
+                "learner_steps": result.learner_steps}
     (t0, env0, learn0, own0, _, kids0, idle0), (t1, env1, learn1, own1, _, kids1, idle1) = (
         window[0], window[-1])
     seconds, steps = t1 - t0, max(env1 - env0, 1.0)
+    # Each env step is trained on exactly once (a FIFO queue), so the rate of training is
+    # the learner's samples/s: env steps/s only equals it once the queue is full, and
+    # while it fills (~3K steps here) acting runs ahead of learning.
+    trained = (learn1 - learn0) * config.batch_size * config.unroll_length
     return {
+        "trained_steps_per_s": trained / seconds,
+        "cpu_ms_per_trained_step": 1e3 * (own1 - own0 + kids1 - kids0) / max(trained, 1.0),
         "env_steps_per_s": (env1 - env0) / seconds,
-        "learner_samples_per_s": (learn1 - learn0) * config.batch_size
-        * config.unroll_length / seconds,
+        "learner_samples_per_s": trained / seconds,
         "learner_steps_per_s": (learn1 - learn0) / seconds,
         "server_and_learner_cpu_ms_per_step": 1e3 * (own1 - own0) / steps,
         "runner_cpu_ms_per_step": 1e3 * (kids1 - kids0) / steps,
@@ -558,8 +574,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per phase")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds before each")
     parser.add_argument("--training-warmup", type=float, default=10.0)
-    parser.add_argument("--training-startup", type=float, default=30.0,
-                        help="seconds the training run gets before its warm-up")
+    parser.add_argument("--training-startup", type=float, default=600.0,
+                        help="most seconds the training run may take to its first learner "
+                             "step; the window starts from that step, however soon")
     parser.add_argument("--layouts", default="2x32,4x16,2x64",
                         help="runners x envs per runner to try for acting")
     parser.add_argument("--env-processes", type=int, default=os.cpu_count() or 1)
@@ -607,7 +624,8 @@ def _run_phases(args: argparse.Namespace, config, policy, spec) -> dict[str, Any
     out: dict[str, Any] = {"env": nothing, "acting": {}, "impala": nothing,
                            "learner": nothing,
                            "inference": {"obs_per_s": float("nan")},
-                           "training": {"env_steps_per_s": float("nan")}}
+                           "training": {"trained_steps_per_s": float("nan"),
+                                        "env_steps_per_s": float("nan")}}
     if "env" in phases:
         out["env"] = measure_env_limit(args.env_processes, args.warmup, args.duration)
         _show(f"env_limit ({args.env_processes} processes)", out["env"])
@@ -657,7 +675,7 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
     acting = acting_figures.get("steps_per_s", float("nan"))
     impala_style = results["impala"]["steps_per_s"]
     training = results["training"]
-    frames = training["env_steps_per_s"] * ACTION_REPEAT
+    frames = training["trained_steps_per_s"] * ACTION_REPEAT
     baseline = impala_style * ACTION_REPEAT
     learner_limit = results["learner"]["steps_per_s"]
     training_ideal = _combined(env_limit, inference_limit, learner_limit)
@@ -681,7 +699,8 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
         "acting": _round(acting),
         "impala_style": _round(impala_style),
         "training": _round(frames),
-        "training_env_steps_per_s": _round(training["env_steps_per_s"]),
+        "training_env_steps_per_s": _round(training["trained_steps_per_s"]),
+        "training_acting_env_steps_per_s": _round(training["env_steps_per_s"]),
         "baseline": _round(baseline),
         "ratio": _round(frames / baseline, 2),
         "acting_layouts": {
@@ -702,7 +721,12 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
         # Stepping, inference and learning sharing the cores perfectly: training's bound,
         # in env steps/s (as `training_env_steps_per_s`).
         "training_ideal": _round(training_ideal),
-        "training_vs_ideal": _round(training["env_steps_per_s"] / training_ideal, 3),
+        "training_vs_ideal": _round(training["trained_steps_per_s"] / training_ideal, 3),
+        # The same in CPU per trained env step (env + inference + learner alone, over what
+        # training spent): the figure that holds when other programs share the cores.
+        "training_cpu_vs_ideal": _round(
+            (cpu["env"] + cpu["inference"] + cpu["learner"])
+            / training.get("cpu_ms_per_trained_step", float("nan")), 3),
         # Cores the machine left idle in each phase: near 0 with our rates low means
         # another program had the cores; well above 0 means a stall of ours.
         "idle_cores": {name: _round(results[name].get("idle_cores"), 2) for name in

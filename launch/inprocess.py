@@ -181,8 +181,10 @@ def _node_process(node: Node, addresses: dict[str, str | None], logdir: str | No
         sys.exit(3)
 
 
-def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunResult:
-    """Runs `experiment` in this process until its budget, target or time limit.
+def run_inprocess(experiment: Experiment, stream: TextIO | None = None,
+                  stop: threading.Event | None = None) -> RunResult:
+    """Runs `experiment` in this process until its budget, target or time limit, or until
+    another thread sets `stop` (e.g. a benchmark that stops after measuring a window).
 
     Raises RuntimeError naming the node when one fails; every node started is stopped in
     any case. Raises ValueError before anything starts when the logdir's checkpoints and
@@ -208,8 +210,14 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None) -> RunRe
         nodes.start_all()
         nodes.wait_for(("control",))  # without an evaluator no node waited for it
         control = nodes.handle("control")
+
+        def failure() -> str | None:
+            if stop is not None and stop.is_set():
+                return nodes.failure() or "stopped by the caller"
+            return nodes.failure()
+
         result = limit_program(experiment, control, experiment.logdir, stream,
-                               failure=nodes.failure, wait=nodes.failed.wait, poll_s=0.05)
+                               failure=failure, wait=nodes.failed.wait, poll_s=0.05)
     nodes.raise_first_error()
     # The limiter's last status can be a sampling interval older than the end (a short
     # run may finish inside one, its learner's steps all unread); the learner closed its

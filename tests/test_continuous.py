@@ -281,6 +281,33 @@ def test_continuous_agents_train_in_process_with_evaluation_environments(builder
     assert result.eval_mean_return is not None  # the deterministic environment's episodes
 
 
+def test_sac_trains_as_local_processes_from_the_command_line(tmp_path):
+    """The issue's command (`train --agent sac --backend local_mp`) on a small task: runner
+    processes send float actions over gRPC (wire v2) and the learner trains on them."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", SEED_AGENTS_TF_THREADS="1",
+               PYTHONPATH=str(root))
+    out = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "train", "--agent", "sac", "--env",
+         "gym:Pendulum-v1", "--backend", "local_mp", "--steps", "800", "--logdir",
+         str(tmp_path / "run"), "--log-every-s", "1",
+         *(f"--set={o}" for o in ("actor_hidden_sizes=32,32", "critic_hidden_sizes=32,32",
+                                  "batch_size=16", "min_replay_size=64",
+                                  "samples_per_insert=4", "replay_size=10000"))],
+        capture_output=True, text=True, env=env, cwd=root, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "train env_steps=" in out.stderr + out.stdout  # progress shown
+    learner_steps = int(out.stdout.split("learner steps:")[1].split()[0].replace(",", ""))
+    assert learner_steps > 0
+    rows = _rows(tmp_path / "run" / "learner.csv")
+    assert rows and all(np.isfinite(float(r["critic_loss"])) for r in rows)
+
+
 class _GaussianPolicy:
     """A custom agent's policy: Gaussian actions, its log-probability in the extras."""
 

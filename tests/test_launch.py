@@ -98,6 +98,36 @@ def test_inprocess_run_stops_at_its_wall_limit():
     assert result.wall_s >= 2.0 and result.env_steps > 0
 
 
+def test_inprocess_run_stops_when_the_caller_sets_its_stop_event(tmp_path):
+    import threading
+
+    stop = threading.Event()
+    experiment = Experiment(
+        builder=VTraceBuilder(SMALL), environment="fake:obs=4,len=20", num_runners=1,
+        envs_per_runner=4, max_env_steps=10**9, logdir=str(tmp_path), log_every_s=0.1,
+        checkpoint_every_s=None)
+
+    def stop_after_a_learner_step():  # the event, however long start-up takes
+        while not stop.wait(0.1):
+            try:
+                with open(tmp_path / "train.csv") as f:
+                    rows = list(csv.DictReader(f))
+            except OSError:
+                continue
+            if rows and int(rows[-1]["learner_steps"]) > 0:
+                stop.set()
+
+    watcher = threading.Thread(target=stop_after_a_learner_step, daemon=True)
+    watcher.start()
+    try:
+        result = run_inprocess(experiment, stop=stop)
+    finally:
+        stop.set()
+        watcher.join()
+    assert result.stop_reason == "stopped by the caller"
+    assert result.learner_steps > 0
+
+
 def test_a_recurrent_agent_learns_in_process():
     config = VTraceConfig(unroll_length=5, batch_size=4, queue_size=16, hidden_sizes=(16,),
                           lstm_size=8)
