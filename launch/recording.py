@@ -89,7 +89,9 @@ def record_episodes(
         raise ValueError(f"noise ({noise}) is the standard deviation of Gaussian noise "
                          "added to continuous actions, >= 0 (discrete ones take --epsilon).")
     num_envs = min(num_envs, episodes)
-    policy = run.make_policy(evaluation=True, seed=seed)
+    # Made for our environments (their ids are the slots), greedy in every one of them.
+    policy = run.builder.make_policy(run.networks, run.spec, evaluation=True, seed=seed,
+                                     num_envs=num_envs)
     behaviour = {"source": "record", "logdir": run.logdir, "checkpoint": run.checkpoint.path,
                  "policy": "greedy (make_policy(evaluation=True))", "epsilon": epsilon,
                  "noise": noise, "seed": seed}

@@ -133,7 +133,7 @@ def test_episodes_are_written_whole_and_read_back_with_tf_data(cartpole_dataset)
 def test_the_recorder_drops_running_episodes_of_reset_slots_and_joins_at_first(tmp_path):
     spec = cartpole_spec()
     writer = DatasetWriter(tmp_path / "ds", DatasetSpec.of(CARTPOLE, spec, {}))
-    recorder = EpisodeRecorder(writer, num_slots=2)
+    recorder = EpisodeRecorder(writer, num_slots=2, chunk=2)  # episodes span chunks
 
     def rows(step_type, value):
         n = len(step_type)
@@ -149,13 +149,15 @@ def test_the_recorder_drops_running_episodes_of_reset_slots_and_joins_at_first(t
     recorder.add(slots, rows([0, 1], 3.0))
     recorder.reset(np.array([1]))  # slot 1's runner went away: its episode is dropped
     recorder.add(slots, rows([1, 2], 4.0))
-    recorder.add(slots[:1], rows([2], 5.0))
+    recorder.add(slots, rows([1, 0], 5.0))
+    recorder.add(slots, rows([2, 1], 6.0))
+    recorder.add(slots[1:], rows([1], 7.0))  # slot 1's episode is still running at close
     recorder.close()
 
     episodes = list(iterate_episodes(tmp_path / "ds"))
     assert len(episodes) == 1
-    np.testing.assert_array_equal(episodes[0]["observation"][:, 0], [3.0, 4.0, 5.0])
-    np.testing.assert_array_equal(episodes[0]["action"], [1, 0, 1])
+    np.testing.assert_array_equal(episodes[0]["observation"][:, 0], [3.0, 4.0, 5.0, 6.0])
+    np.testing.assert_array_equal(episodes[0]["action"], [1, 0, 1, 0])
 
 
 def test_a_recording_adder_feeds_the_adder_and_the_recorder(tmp_path):

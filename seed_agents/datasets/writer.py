@@ -135,13 +135,27 @@ class EpisodeRecorder:
     LAST row; `reset(slots)` drops those slots' running episodes (a runner that
     disconnected: its partial episodes are never written), as does `close`.
     `max_episodes` stops writing after that many (None: no limit). Thread-safe.
+
+    Rows land in a [slots, chunk] buffer per field, one array assignment per field for
+    the whole batch; a slot whose chunk fills moves it (one copy) to its episode's list
+    of chunks, so memory is one running episode per slot plus the buffers.
     """
 
     def __init__(self, writer: DatasetWriter, num_slots: int,
-                 max_episodes: int | None = None):
+                 max_episodes: int | None = None, chunk: int = 64):
+        if num_slots < 1 or chunk < 1:
+            raise ValueError(f"num_slots ({num_slots}) and chunk ({chunk}) must be >= 1.")
         self._writer = writer
-        self._running: list[list[tuple[Any, ...]] | None] = [None] * num_slots
         self._extras = list(writer.spec.extras)
+        self._names = [OBSERVATION, ACTION, REWARD, DISCOUNT, STEP_TYPE,
+                       *(EXTRAS_PREFIX + name for name in self._extras)]
+        fields = writer.spec.fields()
+        self._buffers = [np.zeros((num_slots, chunk, *fields[name][0]), fields[name][1])
+                         for name in self._names]
+        self._chunk = chunk
+        self._position = np.zeros(num_slots, np.int64)
+        self._recording = np.zeros(num_slots, bool)
+        self._chunks: list[list[list[np.ndarray]]] = [[] for _ in range(num_slots)]
         self._max_episodes = max_episodes
         self._lock = threading.Lock()
         self._closed = False
@@ -152,43 +166,60 @@ class EpisodeRecorder:
 
     def add(self, slots: np.ndarray, rows: Mapping[str, Any], states: Any = ()) -> None:
         del states  # episodes are stored without the policy's recurrent state
-        leaves = [np.asarray(rows[unrolls.OBSERVATION]), np.asarray(rows[unrolls.ACTION]),
-                  np.asarray(rows[unrolls.REWARD]), np.asarray(rows[unrolls.DISCOUNT]),
-                  np.asarray(rows[unrolls.STEP_TYPE])]
         extras = dict(tree.flatten_with_path(dict(rows[unrolls.EXTRAS])))
-        leaves += [np.asarray(extras[tuple(name.split("/"))]) for name in self._extras]
-        step_type = leaves[4]
+        leaves = [rows[unrolls.OBSERVATION], rows[unrolls.ACTION], rows[unrolls.REWARD],
+                  rows[unrolls.DISCOUNT], rows[unrolls.STEP_TYPE],
+                  *(extras[tuple(name.split("/"))] for name in self._extras)]
+        slots = np.asarray(slots)
+        step_type = np.asarray(rows[unrolls.STEP_TYPE])
         with self._lock:
             if self._closed:
                 return
-            for i, slot in enumerate(np.asarray(slots).tolist()):
-                if step_type[i] == FIRST:
-                    self._running[slot] = []
-                episode = self._running[slot]
-                if episode is None:
-                    continue
-                episode.append(tuple(leaf[i].copy() for leaf in leaves))
-                if step_type[i] == LAST:
-                    self._running[slot] = None
-                    if self._max_episodes is None or self.episodes < self._max_episodes:
-                        self._writer.write(self._columns(episode))
+            first = step_type == FIRST
+            if first.any():
+                self._drop(slots[first])
+                self._recording[slots[first]] = True
+            recording = self._recording[slots]
+            if not recording.all():
+                slots, step_type = slots[recording], step_type[recording]
+                leaves = [np.asarray(leaf)[recording] for leaf in leaves]
+            position = self._position[slots]
+            for buffer, leaf in zip(self._buffers, leaves, strict=True):
+                buffer[slots, position] = leaf
+            position += 1
+            self._position[slots] = position
+            last = step_type == LAST
+            for slot in slots[(position == self._chunk) & ~last]:
+                self._chunks[slot].append([buffer[slot].copy() for buffer in self._buffers])
+                self._position[slot] = 0
+            for slot in slots[last]:
+                episode = self._episode(slot)
+                self._drop(slot[None])
+                if self._max_episodes is None or self.episodes < self._max_episodes:
+                    self._writer.write(episode)
 
-    def _columns(self, episode: list[tuple[Any, ...]]) -> dict[str, np.ndarray]:
-        names = [OBSERVATION, ACTION, REWARD, DISCOUNT, STEP_TYPE,
-                 *(EXTRAS_PREFIX + name for name in self._extras)]
-        columns = zip(*episode, strict=True)
-        return {name: np.stack(column) for name, column in zip(names, columns, strict=True)}
+    def _episode(self, slot: int) -> dict[str, np.ndarray]:
+        end = self._position[slot]
+        return {name: np.concatenate([*(chunk[i] for chunk in self._chunks[slot]),
+                                      buffer[slot, :end]])
+                for i, (name, buffer) in enumerate(zip(self._names, self._buffers,
+                                                       strict=True))}
+
+    def _drop(self, slots: np.ndarray) -> None:
+        for slot in slots.tolist():
+            self._chunks[slot] = []
+        self._position[slots] = 0
+        self._recording[slots] = False
 
     def reset(self, slots: np.ndarray) -> None:
         with self._lock:
-            for slot in np.asarray(slots).tolist():
-                self._running[slot] = None
+            self._drop(np.asarray(slots))
 
     def close(self) -> None:
         """Drops the running episodes and closes the dataset (complete). Idempotent."""
         with self._lock:
             self._closed = True
-            self._running = [None] * len(self._running)
+            self._drop(np.arange(len(self._position)))
             self._writer.close()
 
 
