@@ -157,6 +157,9 @@ def test_record_train_offline_and_eval_from_the_command_line(tmp_path, capsys):
     assert _main("eval", "--logdir", str(offline), "--episodes", "2", "--json",
                  str(results)) == 0
     assert json.loads(results.read_text())["episodes"] == 2
+    capsys.readouterr()
+    assert _main("plot", str(offline), "--out", str(tmp_path / "curves.png")) == 2
+    assert "learned offline from a dataset" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, message", [
