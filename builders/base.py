@@ -49,6 +49,10 @@ class AgentBuilder(abc.ABC):
     #: items are stale for the restored policy anyway.
     checkpoint_replay: bool = True
 
+    #: Whether the agent learns only from a recorded dataset (`Experiment.dataset`), with
+    #: no runners (the offline agents: see builders/offline.py).
+    requires_dataset: bool = False
+
     #: (runners, environments per runner) the command line uses when not told: many
     #: environments for on-policy agents on cheap tasks; see the continuous builders.
     default_layout: tuple[int, int] = (4, 16)

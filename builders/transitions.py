@@ -29,13 +29,41 @@ from seed_agents.replay.stats import SamplesPerInsert
 from seed_agents.specs import EnvironmentSpec
 
 
-class TransitionAgentBuilder(AgentBuilder):
+class TransitionReplay:
+    """The adder and dataset of every agent that replays n-step transitions, online
+    (SAC, D4PG) or offline (builders/offline.py): its `config` has `n_step`,
+    `discount`, `batch_size` and `prefetch`, and its `table` names the table."""
+
+    table: ClassVar[str] = "transitions"
+
+    def make_adder(
+        self,
+        client: reverb.Client,
+        num_slots: int,
+        env_spec: EnvironmentSpec,
+        policy: core.Policy,
+        stop_event: threading.Event | None = None,
+    ) -> NStepTransitionAdder:
+        # A batch completes up to one transition per environment: let them all be in
+        # flight before the writer waits for the server's confirmations.
+        writer = UnrollWriter(client, self.table, max_in_flight_items=max(4, num_slots),
+                              stop_event=stop_event)
+        return NStepTransitionAdder(writer, num_slots, self.config.n_step,
+                                    self.config.discount,
+                                    row_spec(env_spec, policy.extras_spec))
+
+    def make_dataset(self, replay_address: str) -> tf.data.Dataset:
+        """Batches of transitions from the table, [B, ...] per field."""
+        return make_dataset(replay_address, self.table, self.config.batch_size,
+                            prefetch=self.config.prefetch)
+
+
+class TransitionAgentBuilder(TransitionReplay, AgentBuilder):
     """The replay half of a transition agent; subclasses add networks, policy, learner.
 
     A subclass is a dataclass with a `config` field that extends `TransitionReplayConfig`.
     """
 
-    table: ClassVar[str] = "transitions"
     #: A million transitions took hours of acting: worth a checkpoint.
     checkpoint_replay: ClassVar[bool] = True
     #: One runner of a few environments: a 100K-step budget then still gives each
@@ -69,27 +97,6 @@ class TransitionAgentBuilder(AgentBuilder):
         return [rate_limited_table(
             self.table, c.replay_size, c.samples_per_insert, c.min_replay_size,
             c.error_buffer, signature=transition_signature(env_spec, policy.extras_spec))]
-
-    def make_adder(
-        self,
-        client: reverb.Client,
-        num_slots: int,
-        env_spec: EnvironmentSpec,
-        policy: core.Policy,
-        stop_event: threading.Event | None = None,
-    ) -> NStepTransitionAdder:
-        # A batch completes up to one transition per environment: let them all be in
-        # flight before the writer waits for the server's confirmations.
-        writer = UnrollWriter(client, self.table, max_in_flight_items=max(4, num_slots),
-                              stop_event=stop_event)
-        return NStepTransitionAdder(writer, num_slots, self.config.n_step,
-                                    self.config.discount,
-                                    row_spec(env_spec, policy.extras_spec))
-
-    def make_dataset(self, replay_address: str) -> tf.data.Dataset:
-        """Batches of transitions from the table, [B, ...] per field."""
-        return make_dataset(replay_address, self.table, self.config.batch_size,
-                            prefetch=self.config.prefetch)
 
     def samples_per_insert(self, replay_address: str) -> SamplesPerInsert:
         """A reader of the table's observed samples per insert, for the learner's logs."""

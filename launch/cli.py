@@ -13,6 +13,8 @@ from collections.abc import Sequence
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is first imported
 
 from builders.base import AgentBuilder  # noqa: E402
+from builders.bc import BCBuilder  # noqa: E402
+from builders.cql import CQLBuilder  # noqa: E402
 from builders.d4pg import D4PGBuilder  # noqa: E402
 from builders.r2d2 import R2D2Builder  # noqa: E402
 from builders.sac import SACBuilder  # noqa: E402
@@ -22,6 +24,8 @@ from launch.experiment import Experiment  # noqa: E402
 from launch.inprocess import run_inprocess  # noqa: E402
 from launch.local_mp import run_local_mp  # noqa: E402
 from launch.ray_backend import run_ray  # noqa: E402 - imports Ray only when run
+from seed_agents.agents.bc.config import BCConfig  # noqa: E402
+from seed_agents.agents.cql.config import CQLConfig  # noqa: E402
 from seed_agents.agents.d4pg.config import D4PGConfig  # noqa: E402
 from seed_agents.agents.r2d2.config import R2D2Config  # noqa: E402
 from seed_agents.agents.sac.config import SACConfig  # noqa: E402
@@ -39,6 +43,8 @@ AGENTS: dict[str, tuple[type, type]] = {
     "r2d2": (R2D2Builder, R2D2Config),
     "sac": (SACBuilder, SACConfig),
     "d4pg": (D4PGBuilder, D4PGConfig),
+    "bc": (BCBuilder, BCConfig),
+    "cql": (CQLBuilder, CQLConfig),
 }
 BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
 PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -46,6 +52,8 @@ PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
     "r2d2": {},
     "sac": {},
     "d4pg": {},
+    "bc": {},
+    "cql": {},
 }
 """Named settings per agent, applied before `--set` (see seed_agents/agents/*/presets.py)."""
 
@@ -127,7 +135,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--envs-per-runner", type=int, default=None,
                        help="environments each runner steps in lockstep (default: the "
                             "agent's, 16 for vtrace and r2d2, 4 for sac and d4pg)")
-    train.add_argument("--steps", type=int, default=500_000, help="env step budget")
+    train.add_argument("--steps", type=int, default=None,
+                       help="env step budget (default: 500000); with --dataset, learner "
+                            "steps (default: 20000)")
+    train.add_argument("--dataset", default=None, metavar="DIR",
+                       help="learn offline from this recorded dataset (seed-agents record, "
+                            "train --record), with no runners: required by --agent bc and "
+                            "cql; other agents learn from it unchanged (in process)")
+    train.add_argument("--record", default=None, metavar="DIR",
+                       help="write every training episode the runners produce to this new "
+                            "dataset directory (central inference; not the evaluation "
+                            "environments)")
     train.add_argument("--evaluate-every-s", type=float, default=5.0,
                        help="seconds between the evaluator's greedy episodes (every "
                             "backend; 0 disables the evaluator)")
@@ -190,7 +208,10 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         num_runners=runners if args.runners is None else args.runners,
         envs_per_runner=envs_per_runner if args.envs_per_runner is None
         else args.envs_per_runner,
-        max_env_steps=args.steps,
+        max_env_steps=500_000 if args.steps is None or args.dataset else args.steps,
+        max_learner_steps=20_000 if args.steps is None or not args.dataset else args.steps,
+        dataset=args.dataset,
+        record=args.record,
         seed=args.seed,
         inference=args.inference,
         transport=args.transport,
@@ -218,6 +239,8 @@ def train(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as error:
         print(f"seed-agents: error: {error}", file=sys.stderr)
         return 2
+    if experiment.dataset:
+        return _train_offline(args, experiment)
     # Only the in-process backend has a choice of transport: the others always use gRPC.
     how = f"{args.inference} inference, {args.transport} transport" \
         if args.backend == "inprocess" else "central inference over gRPC"
@@ -230,6 +253,29 @@ def train(args: argparse.Namespace) -> int:
         result = run(experiment)
     except KeyboardInterrupt:
         print("seed-agents: interrupted; every node was stopped.", file=sys.stderr)
+        return 130
+    print(result.summary(), flush=True)
+    return 0
+
+
+def _train_offline(args: argparse.Namespace, experiment: Experiment) -> int:
+    from launch.offline import run_offline
+    from seed_agents.datasets import DatasetError
+
+    if args.backend != "inprocess":
+        print("seed-agents: error: --dataset runs in process (no runners to spread): "
+              "use --backend inprocess.", file=sys.stderr)
+        return 2
+    print(f"Training {args.agent} offline on {args.dataset} (evaluating in {args.env}, "
+          f"{experiment.max_learner_steps:,} learner steps); logs in {experiment.logdir}",
+          flush=True)
+    try:
+        result = run_offline(experiment)
+    except DatasetError as error:
+        print(f"seed-agents: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("seed-agents: interrupted.", file=sys.stderr)
         return 130
     print(result.summary(), flush=True)
     return 0

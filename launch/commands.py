@@ -1,4 +1,5 @@
-"""The commands a user reaches for after training: `seed-agents eval`, `export` and `plot`.
+"""The commands a user reaches for after training: `seed-agents eval`, `export`, `record`
+and `plot`.
 
 Each takes a run's logdir (what `seed-agents train` printed); the run's `run.json`
 rebuilds its agent, so no training flag has to be repeated. Errors (no checkpoint, a
@@ -24,7 +25,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(commands: Any) -> None:
-    """Adds the eval, export and plot subcommands to `seed-agents`' subparsers."""
+    """Adds the eval, export, record and plot subcommands to `seed-agents`' subparsers."""
     evaluate = commands.add_parser(
         "eval", help="play greedy episodes of a trained run",
         description="Restore a run's latest (or a named) checkpoint with its own config, "
@@ -64,6 +65,26 @@ def add_parsers(commands: Any) -> None:
     export.add_argument("--onnx", action="store_true",
                         help="also convert the greedy policy to ONNX (needs the onnx extra: "
                              "pip install 'seed-agents[onnx]')")
+
+    record = commands.add_parser(
+        "record", help="record episodes of a trained run as a dataset",
+        description="Restore a run's latest (or a named) checkpoint, play episodes with "
+                    "its greedy (deterministic) policy, optionally with epsilon-random "
+                    "actions (discrete) or Gaussian noise (continuous), and write them "
+                    "whole to a new dataset directory (TFRecord files and spec.json: see "
+                    "the README's dataset format) that `train --dataset` learns from.")
+    _add_run_arguments(record)
+    record.add_argument("--episodes", type=int, required=True, help="episodes to record")
+    record.add_argument("--out", required=True, help="a new (or empty) directory")
+    record.add_argument("--epsilon", type=float, default=0.0,
+                        help="share of uniform random actions (discrete; default: 0)")
+    record.add_argument("--noise", type=float, default=0.0,
+                        help="standard deviation of Gaussian noise added to actions in "
+                             "[-1, 1] (continuous; default: 0)")
+    record.add_argument("--seed", type=int, default=0,
+                        help="environment, policy and exploration seed (default: 0)")
+    record.add_argument("--envs", type=int, default=8,
+                        help="environments acting side by side (default: 8)")
 
     plot = commands.add_parser(
         "plot", help="learning curves of one or several runs",
@@ -115,6 +136,20 @@ def run_export(args: argparse.Namespace, agents: Agents) -> int:
 
 
 @_failing
+def run_record(args: argparse.Namespace, agents: Agents) -> int:
+    from launch.recording import record_episodes
+    from launch.restore import load_run
+
+    _quiet_tensorflow()
+    run = load_run(args.logdir, agents, checkpoint=args.checkpoint)
+    result = record_episodes(run, args.out, args.episodes, epsilon=args.epsilon,
+                             noise=args.noise, seed=args.seed, num_envs=args.envs,
+                             stream=sys.stdout)
+    print(result.summary(), flush=True)
+    return 0
+
+
+@_failing
 def run_plot(args: argparse.Namespace, agents: Agents) -> int:
     from launch.plotting import plot_runs
 
@@ -134,5 +169,5 @@ def _quiet_tensorflow() -> None:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Agents], int]] = {
-    "eval": run_eval, "export": run_export, "plot": run_plot,
+    "eval": run_eval, "export": run_export, "record": run_record, "plot": run_plot,
 }

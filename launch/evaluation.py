@@ -135,8 +135,8 @@ def evaluate(
             if frame is not None and episode < video_episodes and writer is None:
                 writer = VideoWriter(video, fps)
             recording = writer if episode < video_episodes else None
-            episode_return, length = _play(env, actor, frame if recording else None,
-                                           recording, max_steps)
+            episode_return, length = play_episode(env, actor, frame if recording else None,
+                                                  recording, max_steps)
             returns.append(episode_return)
             lengths.append(length)
             if recording is not None and episode == video_episodes - 1:
@@ -156,8 +156,8 @@ def evaluate(
         video_episodes=min(video_episodes, episodes) if video else 0)
 
 
-def _play(env: Any, actor: Any, frame: Any, writer: Any,
-          max_steps: int | None) -> tuple[float, int]:
+def play_episode(env: Any, actor: Any, frame: Any = None, writer: Any = None,
+                 max_steps: int | None = None) -> tuple[float, int]:
     """One episode; with a writer, a frame after the reset and after every step."""
     timestep = env.reset()
     actor.observe_first(timestep)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -69,6 +70,15 @@ class Experiment:
         firewall rule or network policy: Reverb listens on every interface.
       learner_resource: a custom Ray resource the replay and learner nodes each take one
         unit of, so that they run on the machine (pod) that offers it, and nowhere else.
+      record: a new dataset directory where every training episode the runners produce
+        is written whole as it ends (`seed_agents.datasets`): the inference server hands
+        each environment's rows to a recorder beside its adder, on the learner's machine.
+        Evaluation environments are not recorded; an environment whose runner
+        disconnects loses its running episode. Central inference only.
+      dataset: a recorded dataset to learn from instead of acting (offline): its
+        episodes fill the agent's replay tables, no runner starts, and
+        `max_learner_steps` is the budget (`launch.offline.run_offline`).
+      max_learner_steps: the learner-step budget of an offline run.
 
     A run with a logdir records this experiment in `<logdir>/run.json` as it starts
     (`launch.run_record`), so that `seed-agents eval`, `export` and `plot` rebuild it.
@@ -98,6 +108,9 @@ class Experiment:
     tls: TLSConfig | None = None
     replay_port: int = 0
     learner_resource: str | None = None
+    record: str | None = None
+    dataset: str | None = None
+    max_learner_steps: int = 20_000
 
     def __post_init__(self):
         if self.num_runners < 1:
@@ -129,9 +142,24 @@ class Experiment:
             raise ValueError(f"replay_port must be in [0, 65536), got {self.replay_port}.")
         if self.inference_token is not None and not self.inference_token.strip():
             raise ValueError("inference_token is empty: pass a token, or None for no check.")
+        self._check_datasets()
         if self.tls is not None and not (self.tls.cert and self.tls.key):
             raise ValueError("tls needs the service's certificate and key (--tls-cert and "
                              "--tls-key); runners trust --tls-ca, or the certificate itself.")
+
+    def _check_datasets(self) -> None:
+        offline_only = getattr(self.builder, "requires_dataset", False)
+        if offline_only and not self.dataset:
+            raise ValueError(f"{type(self.builder).__name__} learns from a recorded dataset "
+                             "only: pass one (--dataset DIR, made by `seed-agents record` "
+                             "or `train --record`).")
+        if self.dataset and self.record:
+            raise ValueError("An offline run (dataset) has no runners to record: drop record.")
+        if self.record and self.inference != "central":
+            raise ValueError("record keeps the episodes the central inference server sees: "
+                             "use inference='central'.")
+        if self.max_learner_steps < 1:
+            raise ValueError(f"max_learner_steps must be >= 1, got {self.max_learner_steps}.")
 
     @property
     def num_envs(self) -> int:
@@ -186,12 +214,17 @@ class Experiment:
         return identity
 
     def check_checkpoints(self) -> None:
-        """Raises ValueError when the logdir's checkpoints and `resume` disagree, or when
-        `resume` would continue a run of another agent or environment.
+        """Raises ValueError when the logdir's checkpoints and `resume` disagree, when
+        `resume` would continue a run of another agent or environment, or when `record`
+        names a directory that is not new or empty.
 
         Every backend calls this before it starts anything; it changes nothing on disk.
         """
         check_resume(self.logdir, self.resume)
+        if self.record and os.path.exists(self.record) and (
+                not os.path.isdir(self.record) or os.listdir(self.record)):
+            raise ValueError(f"--record {self.record} exists and is not an empty directory: "
+                             "record into a new one. Nothing was changed.")
         if self.resume:
             from launch.run_record import check_same_run
 

@@ -204,6 +204,21 @@ def make_learner_logger(logdir: str | None, append: bool) -> Any:
                                          every_s=1.0)])
 
 
+def start_recording(experiment: Experiment, spec: Any, policy: Any, stream: Any) -> Any:
+    """The `EpisodeRecorder` of a run with `experiment.record`: a new dataset of the
+    training environments' episodes (the server's slots), made on the learner's machine."""
+    from seed_agents.datasets import DatasetSpec, DatasetWriter, EpisodeRecorder
+
+    environment = experiment.environment if isinstance(experiment.environment, str) else None
+    behaviour = {"source": "train", "logdir": experiment.logdir,
+                 "builder": experiment.identity["builder"], "seed": experiment.seed}
+    writer = DatasetWriter(experiment.record, DatasetSpec.of(environment, spec,
+                                                             policy.extras_spec, behaviour))
+    print(f"recording training episodes to {experiment.record}", file=stream or sys.stdout,
+          flush=True)
+    return EpisodeRecorder(writer, experiment.num_envs)
+
+
 def replay_node(context: NodeContext, experiment: Experiment) -> None:
     """A Reverb server with the agent's tables (it listens on every interface)."""
     if not context.in_process:
@@ -237,6 +252,7 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
         configure_tf_threads(inter_op=LEARNER_INTER_OP_THREADS)
     from launch.control import ControlService
     from launch.limiter import program_figures, program_status, start_program_rates
+    from seed_agents.datasets import RecordingAdder
     from seed_agents.inference.server import EpisodeStats, InferenceConfig
     from seed_agents.utils.checkpointing import replay_items, run_learner
     from seed_agents.utils.counting import Counter, RunClock
@@ -254,11 +270,14 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
     items = replay_items(client) if experiment.resume else 0
     learner_logger = make_learner_logger(context.logdir, experiment.resume)
     learner = builder.make_learner(networks, replay.address, counter, learner_logger)
-    inference = service = None
+    inference = service = recorder = None
     state: dict[str, Any] = {"episodes": stats, "clock": clock}
     if experiment.inference == "central":
         adder = builder.make_adder(client, experiment.num_envs, spec, policy,
                                    context.stop_event)
+        if experiment.record:
+            recorder = start_recording(experiment, spec, policy, context.out)
+            adder = RecordingAdder(adder, recorder)
         # A restarted runner reconnects under its node name, which frees its
         # predecessor's slots (see `InferenceServer.connect`), so the slots are exactly
         # the program's.
@@ -317,6 +336,8 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
                 service.stop()
             if inference is not None:
                 inference.close()
+            if recorder is not None:
+                recorder.close()  # after the server: no episode ends meanwhile
             if control is not None:
                 control.stop()
             learner_logger.close()

@@ -80,8 +80,13 @@ def read_run(logdir: str | os.PathLike[str]) -> RunCurves:
     train = os.path.join(logdir, "train.csv")
     if not os.path.isfile(train):
         raise ValueError(f"{logdir} has no train.csv: pass the logdir of a run.")
+    table = _read_csv(train)
+    if table and "env_steps" not in table[0] and "learner_steps" in table[0]:
+        raise ValueError(f"{logdir} learned offline from a dataset (no env steps to plot "
+                         "against): its curves are in learner.csv and evaluator.csv, by "
+                         "learner step.")
     rows = [{"env_steps": _number(r.get("env_steps")), "wall_s": _number(r.get("wall_s")),
-             "mean_return": _number(r.get("mean_return"))} for r in _read_csv(train)]
+             "mean_return": _number(r.get("mean_return"))} for r in table]
     rows = continued([r for r in rows if math.isfinite(r["env_steps"])])
     rows = [r for r in rows if math.isfinite(r["mean_return"])]
     if not rows:

@@ -2,7 +2,12 @@
 read items back."""
 
 from seed_agents.replay.dataset import make_dataset
-from seed_agents.replay.tables import prioritized_table, queue_table, rate_limited_table
+from seed_agents.replay.tables import (
+    offline_table,
+    prioritized_table,
+    queue_table,
+    rate_limited_table,
+)
 from seed_agents.replay.transitions import NStepTransitionAdder, transition_signature
 from seed_agents.replay.unrolls import (
     ReplayTimeoutError,
@@ -18,6 +23,7 @@ __all__ = [
     "UnrollAdder",
     "UnrollWriter",
     "make_dataset",
+    "offline_table",
     "prioritized_table",
     "queue_table",
     "rate_limited_table",

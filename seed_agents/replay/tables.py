@@ -1,5 +1,6 @@
 """Reverb table factories: a FIFO queue for on-policy learners, a prioritized table for
-off-policy sequences, and a uniform rate-limited table for off-policy transitions.
+off-policy sequences, a uniform rate-limited table for off-policy transitions, and a
+uniform table that never removes for a fixed (offline) dataset.
 
 Reverb has no authentication and its server listens on every interface of the host
 (dm-reverb 0.14 takes a port, not a bind address): keep replay on a private network.
@@ -92,6 +93,22 @@ def rate_limited_table(
             min_size_to_sample=min_size_to_sample,
             error_buffer=error_buffer,
         ),
+        signature=signature,
+    )
+
+
+def offline_table(name: str, max_size: int, signature: Any = None) -> reverb.Table:
+    """A uniform table for a fixed dataset: sampled many times, never removing while it
+    holds fewer than `max_size` items, inserts never blocked, samples as soon as it
+    holds one item (no rate limiter between loading the data and learning from it)."""
+    if max_size < 1:
+        raise ValueError(f"max_size must be >= 1, got {max_size}.")
+    return reverb.Table(
+        name=name,
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        max_size=max_size,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
         signature=signature,
     )
 

@@ -79,7 +79,8 @@ class NStepTransitionAdder:
     `sink` (an `UnrollWriter`, which writes any dict as one item, or any callable taking
     the transition dict) in step order per environment. `reset(slots)` forgets the
     environments' pending steps (e.g. of a runner that disconnected): they are never
-    written. A FIRST row does the same for its environment. Not thread-safe: the
+    written. A FIRST row does the same for its environment. `flush()` blocks until the
+    sink's written transitions are confirmed. Not thread-safe: the
     inference server calls it from its batcher thread only.
     """
 
@@ -98,6 +99,7 @@ class NStepTransitionAdder:
         if num_slots < 1:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}.")
         self._write = sink.write if isinstance(sink, unrolls.UnrollWriter) else sink
+        self.flush = getattr(sink, "flush", unrolls.nothing_to_flush)
         self._n = n_step
         self._gamma = np.float64(discount)
         row_spec = dict(row_spec)

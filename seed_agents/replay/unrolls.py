@@ -148,6 +148,10 @@ class UnrollWriter:
         self._writer.close()
 
 
+def nothing_to_flush() -> None:
+    """The `flush` of an adder whose sink writes at once (a plain callable)."""
+
+
 class UnrollAdder:
     """Assembles unrolls for `num_slots` environments at once and writes the full ones.
 
@@ -157,7 +161,8 @@ class UnrollAdder:
     `period` rows later: its first T+1-period rows are the last ones of this unroll. The
     default period T overlaps one row (V-trace's bootstrap row); R2D2 overlaps half its
     sequences. `reset(slots)` discards partial unrolls, e.g. of a runner that
-    disconnected: they are never written.
+    disconnected: they are never written. `flush()` blocks until the sink's written
+    unrolls are confirmed.
     """
 
     def __init__(
@@ -177,6 +182,7 @@ class UnrollAdder:
         if num_slots < 1:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}.")
         self._write = sink.write if isinstance(sink, UnrollWriter) else sink
+        self.flush = getattr(sink, "flush", nothing_to_flush)
         self._length = unroll_length + 1
         self._period = period
         self._overlap = self._length - period

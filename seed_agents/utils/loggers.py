@@ -364,7 +364,8 @@ def make_default_logger(
     existing CSV file (see `CSVLogger`); `keys` limits what the terminal line shows (the
     files get every key) and `redraw` is the terminal's (see `TerminalLogger`).
     """
-    terminal = TerminalLogger(label=label, total=total, print_every_s=print_every_s,
+    terminal = TerminalLogger(label=label, total=total, progress_key=step_key,
+                              print_every_s=print_every_s,
                               stream=stream, keys=keys, redraw=redraw)
     if directory is None:
         return terminal

@@ -1,0 +1,168 @@
+"""Offline learning on CartPole-v1: BC and CQL trained on a recorded dataset of mixed
+quality, against the dataset's own mean return.
+
+    python benchmarks/learn_offline.py --seeds 3
+
+1. A V-trace teacher is trained in this run (as benchmarks/learn_cartpole.py does, until
+   the mean return of its last 100 episodes reaches 475 or the budget ends), or taken
+   from `--teacher RUN` (a logdir of `seed-agents train --agent vtrace --env
+   gym:CartPole-v1 --target-return 475 --logdir RUN`). Its greedy return over 100
+   episodes is reported (`teacher_return`).
+2. Per seed: `seed-agents record` of 200 episodes of the teacher with epsilon 0.3
+   (`dataset_mean_return`: the mean return of the recorded episodes), then BC and CQL
+   each trained on it for `--learner-steps` steps, then 100 evaluation episodes each:
+   CQL greedy (`value`), BC greedy (`bc_greedy`) and BC sampling from its learned
+   action distribution (`bc_sampling`).
+
+Greedy BC takes the teacher's most likely action, dropping the data's epsilon noise, so
+it can beat the data; sampling BC reproduces the behaviour, noise included. The
+target "BC matches the data within 10%" is about `bc_sampling` (reported as `bc`): it
+shows that the data were cloned. The offline RL target is `ratio` = CQL's greedy return
+/ the dataset's mean return > 1. The last line is the JSON; values are means over seeds
+(and each seed's are in `per_seed`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from builders.bc import BCBuilder
+from builders.cql import CQLBuilder
+from builders.vtrace import VTraceBuilder
+from launch.cli import AGENTS
+from launch.evaluation import play_episode
+from launch.experiment import Experiment
+from launch.inprocess import run_inprocess
+from launch.offline import run_offline
+from launch.recording import record_episodes
+from launch.restore import load_run
+from seed_agents.actors import PolicyActor
+from seed_agents.agents.bc.config import BCConfig
+from seed_agents.agents.cql.config import CQLConfig
+from seed_agents.agents.vtrace.config import VTraceConfig
+from seed_agents.envs import environment_factory
+from seed_agents.utils.reference import machine_report
+
+ENV = "gym:CartPole-v1"
+EVAL_SEED = 777_000
+
+
+def train_teacher(logdir: str, steps: int) -> None:
+    experiment = Experiment(builder=VTraceBuilder(VTraceConfig()), environment=ENV,
+                            num_runners=4, envs_per_runner=16, max_env_steps=steps,
+                            target_return=475.0, log_every_s=10.0, logdir=logdir,
+                            evaluate_every_s=None)
+    result = run_inprocess(experiment, stream=sys.stderr)
+    print(f"teacher: {result.stop_reason}, {result.env_steps:,} env steps, "
+          f"{result.wall_s:.0f} s, mean return {result.mean_return:.1f}", flush=True)
+
+
+def play(policy, spec, episodes: int, seed: int) -> float:
+    """Mean return of `episodes` episodes of `policy` in one environment."""
+    env = environment_factory(ENV)(seed)
+    actor = PolicyActor(policy, action_spec=spec.actions)
+    try:
+        return float(np.mean([play_episode(env, actor)[0] for _ in range(episodes)]))
+    finally:
+        env.close()
+
+
+def offline(builder, dataset: str, logdir: str, steps: int, seed: int,
+            episodes: int) -> float:
+    experiment = Experiment(builder=builder, environment=ENV, dataset=dataset,
+                            max_learner_steps=steps, seed=seed, logdir=logdir,
+                            evaluate_every_s=None, log_every_s=10.0)
+    result = run_offline(experiment, stream=io.StringIO(), final_eval_episodes=episodes)
+    print(f"  {type(builder).__name__}: {result.learner_steps:,} learner steps in "
+          f"{result.wall_s:.0f} s, greedy return {result.eval_mean_return:.1f}", flush=True)
+    return result.eval_mean_return
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--episodes", type=int, default=200, help="recorded per seed")
+    parser.add_argument("--epsilon", type=float, default=0.3)
+    parser.add_argument("--learner-steps", type=int, default=5_000)
+    parser.add_argument("--eval-episodes", type=int, default=100)
+    parser.add_argument("--teacher", default=None,
+                        help="a trained V-trace CartPole run (default: train one here)")
+    parser.add_argument("--teacher-steps", type=int, default=500_000)
+    parser.add_argument("--workdir", default=None,
+                        help="where runs and datasets go (default: a temporary directory)")
+    args = parser.parse_args()
+
+    workdir = args.workdir or tempfile.mkdtemp(prefix="learn_offline-")
+    start = time.monotonic()
+    teacher = args.teacher
+    if teacher is None:
+        teacher = os.path.join(workdir, "teacher")
+        train_teacher(teacher, args.teacher_steps)
+    run = load_run(teacher, AGENTS)
+    teacher_return = play(run.make_policy(evaluation=True, seed=EVAL_SEED), run.spec,
+                          args.eval_episodes, EVAL_SEED)
+    print(f"teacher greedy return: {teacher_return:.1f}", flush=True)
+
+    per_seed = []
+    for seed in range(args.seeds):
+        dataset = os.path.join(workdir, f"dataset-{seed}")
+        recorded = record_episodes(run, dataset, args.episodes, epsilon=args.epsilon,
+                                   seed=seed)
+        print(f"seed {seed}: {recorded.summary()}", flush=True)
+        bc_logdir = os.path.join(workdir, f"bc-{seed}")
+        bc_greedy = offline(BCBuilder(BCConfig()), dataset, bc_logdir, args.learner_steps,
+                            seed, args.eval_episodes)
+        bc_run = load_run(bc_logdir, AGENTS)
+        bc_sampling = play(bc_run.make_policy(evaluation=False, seed=seed), bc_run.spec,
+                           args.eval_episodes, EVAL_SEED + 1 + seed)
+        print(f"  BC sampling return {bc_sampling:.1f}", flush=True)
+        cql = offline(CQLBuilder(CQLConfig()), dataset, os.path.join(workdir, f"cql-{seed}"),
+                      args.learner_steps, seed, args.eval_episodes)
+        per_seed.append({"seed": seed, "dataset_mean_return": recorded.mean_return,
+                         "cql": cql, "bc_greedy": bc_greedy, "bc_sampling": bc_sampling,
+                         "ratio": cql / recorded.mean_return,
+                         "bc_sampling_ratio": bc_sampling / recorded.mean_return})
+
+    def mean(key: str) -> float:
+        return float(statistics.mean(s[key] for s in per_seed))
+
+    baseline = mean("dataset_mean_return")
+    if baseline <= 0:
+        raise ValueError(f"The dataset's mean return is {baseline}: no ratio to report.")
+    value = mean("cql")
+    print(json.dumps({
+        "bench": "learn_offline",
+        "value": round(value, 1),
+        "unit": "return",
+        "bc": round(mean("bc_sampling"), 1),
+        "bc_greedy": round(mean("bc_greedy"), 1),
+        "bc_sampling": round(mean("bc_sampling"), 1),
+        "dataset_mean_return": round(baseline, 1),
+        "baseline": round(baseline, 1),
+        "ratio": round(value / baseline, 3),
+        "bc_ratio": round(mean("bc_sampling") / baseline, 3),
+        "seeds_cql_beats_data": sum(s["ratio"] > 1 for s in per_seed),
+        "seeds_bc_within_10pct": sum(abs(s["bc_sampling_ratio"] - 1) <= 0.1 for s in per_seed),
+        "teacher_return": round(teacher_return, 1),
+        "per_seed": [{k: round(v, 3) if isinstance(v, float) else v for k, v in s.items()}
+                     for s in per_seed],
+        "config": {"episodes": args.episodes, "epsilon": args.epsilon,
+                   "learner_steps": args.learner_steps, "eval_episodes": args.eval_episodes,
+                   "teacher": args.teacher or "trained in this run", "bc": "BCConfig()",
+                   "cql": "CQLConfig()"},
+        "wall_s": round(time.monotonic() - start, 1),
+        "machine": machine_report(VTraceConfig().precision),
+    }))
+
+
+if __name__ == "__main__":
+    main()

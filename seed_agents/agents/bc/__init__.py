@@ -1,0 +1,1 @@
+"""Behaviour cloning: the dataset's actions as a supervised target."""

@@ -1,0 +1,66 @@
+"""The discrete CQL learner: double-DQN n-step TD plus the conservative term."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from seed_agents.agents.cql.config import CQLConfig
+from seed_agents.agents.cql.networks import CQLNetworks
+from seed_agents.agents.target_networks import update_target
+from seed_agents.agents.transition_learning import TransitionLearner, minimize
+from seed_agents.replay import transitions as tr
+from seed_agents.utils.counting import Counter
+from seed_agents.utils.loggers import Logger
+
+
+class CQLLearner(TransitionLearner):
+    """One `tf.function` step per batch of transitions (o, a, R, D, o'):
+
+      target: y = R + D Q'(o', argmax_a Q(o', a))     (double DQN; D holds gamma^n, and
+                                                       0 at termination)
+      loss:   mean huber(Q(o, a) - y) + alpha mean(logsumexp_b Q(o, b) - Q(o, a))
+      every `target_update_period` steps: Q' <- Q.
+
+    The conservative term lowers every action's value through the logsumexp and raises
+    the data's: greedy actions stay where the data has evidence for them.
+    """
+
+    def __init__(self, networks: CQLNetworks, dataset: tf.data.Dataset, config: CQLConfig,
+                 counter: Counter | None = None, logger: Logger | None = None):
+        super().__init__(networks, dataset, config.batch_size, counter, logger)
+        self._config = config
+        self._optimizer = tf.keras.optimizers.Adam(config.learning_rate)
+        self._huber = tf.keras.losses.Huber(config.huber_delta, reduction="none")
+        self._train_step = tf.function(self._update)
+
+    def _train(self, data: Any) -> dict[str, tf.Tensor]:
+        return self._train_step(data)
+
+    def _update(self, data: dict[str, Any]) -> dict[str, tf.Tensor]:
+        c, nets = self._config, self._networks
+        observation, next_observation = data[tr.OBSERVATION], data[tr.NEXT_OBSERVATION]
+        action = tf.cast(data[tr.ACTION], tf.int32)
+        reward = tf.cast(data[tr.REWARD], tf.float32)
+        discount = tf.cast(data[tr.DISCOUNT], tf.float32)
+        best_next = tf.argmax(nets.q(next_observation), axis=-1, output_type=tf.int32)
+        next_value = tf.gather(nets.target_q(next_observation), best_next, batch_dims=1)
+        target = tf.stop_gradient(reward + discount * next_value)
+        with tf.GradientTape() as tape:
+            q = nets.q(observation)
+            q_data = tf.gather(q, action, batch_dims=1)
+            td_loss = tf.reduce_mean(self._huber(target[:, None], q_data[:, None]))
+            gap = tf.reduce_mean(tf.reduce_logsumexp(q, axis=-1) - q_data)
+            loss = td_loss + c.cql_alpha * gap
+        norm = minimize(tape, loss, nets.q.trainable_variables, self._optimizer,
+                        c.max_gradient_norm)
+        if (self._num_steps + 1) % c.target_update_period == 0:
+            update_target(nets.target_q.variables, nets.q.variables)
+        return {"loss": loss, "td_loss": td_loss, "cql_gap": gap,
+                "mean_q": tf.reduce_mean(q_data), "gradient_norm": norm}
+
+    def checkpoint_objects(self) -> dict[str, Any]:
+        self._optimizer.build(self._networks.q.trainable_variables)
+        return {"networks": self._networks, "optimizer": self._optimizer,
+                "step": self._num_steps}
