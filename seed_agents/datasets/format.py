@@ -195,6 +195,12 @@ def read_spec(path: str | os.PathLike[str]) -> DatasetSpec:
     return DatasetSpec.from_json(data, file)
 
 
+FILLED_EXTRAS: dict[str, int] = {"policy_version": -1}
+"""Extras a learner logs from but does not learn from, and the value rows of a dataset
+recorded without them get: V-trace's `policy_version` (the network version that acted,
+for its policy-lag figure) is -1, "an unknown policy", which the learner leaves out."""
+
+
 def describe(described: Mapping[str, Any]) -> str:
     """`(4,) float32` / `() int32, 2 values`: how errors show a field."""
     text = f"{tuple(described['shape'])} {described['dtype']}"
@@ -220,6 +226,8 @@ def check_matches(spec: DatasetSpec, path: str, env_spec: Any,
                                f"{describe(ours)}.")
     for name, needed in extras_fields(extras_spec).items():
         have = spec.extras.get(name)
+        if have is None and name in FILLED_EXTRAS:
+            continue
         if have is None or describe(have) != describe(needed):
             recorded = ", ".join(f"{k} {describe(v)}" for k, v in spec.extras.items()) or "none"
             raise DatasetError(

@@ -25,6 +25,7 @@ from seed_agents.datasets.format import (
     ACTION,
     DISCOUNT,
     EXTRAS_PREFIX,
+    FILLED_EXTRAS,
     OBSERVATION,
     REWARD,
     STEP_TYPE,
@@ -41,6 +42,17 @@ DEFAULT_MAX_ITEMS = 10_000_000
 def as_offline_table(table: reverb.Table, max_size: int = DEFAULT_MAX_ITEMS) -> reverb.Table:
     """An `offline_table` with `table`'s name and signature."""
     return offline_table(table.name, max_size, table.info.signature)
+
+
+def _column(group: list[Mapping[str, np.ndarray]], active: np.ndarray, name: str, t: int,
+            extras_spec: Mapping[str, Any]) -> np.ndarray:
+    """Field `name` at step `t` of the `active` episodes of `group`; an extra the
+    dataset lacks but the agent can do without gets its `FILLED_EXTRAS` value."""
+    if name in group[0]:
+        return np.stack([group[k][name][t] for k in active])
+    extra = name[len(EXTRAS_PREFIX):]
+    spec = extras_spec[extra]
+    return np.full((len(active), *spec.shape), FILLED_EXTRAS[extra], spec.dtype)
 
 
 def feed_episodes(episodes: Iterable[Mapping[str, np.ndarray]], adder: Any,
@@ -64,7 +76,7 @@ def feed_episodes(episodes: Iterable[Mapping[str, np.ndarray]], adder: Any,
         previous = [np.zeros_like(episode[ACTION][0]) for episode in group]
         for t in range(int(lengths.max())):
             active = np.flatnonzero(lengths > t)
-            columns = [np.stack([group[k][name][t] for k in active]) for name in fields]
+            columns = [_column(group, active, name, t, extras_spec) for name in fields]
             actions = columns[1]
             rows = {
                 unrolls.OBSERVATION: columns[0],

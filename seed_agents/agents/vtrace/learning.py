@@ -135,7 +135,9 @@ class VTraceLearner(core.Learner):
         if POLICY_VERSION in extras:  # policies of other agents may not stamp versions
             acted = tf.cast(extras[POLICY_VERSION][:-1], tf.float32)
             lag = tf.cast(self._network.version, tf.float32) - acted
-            metrics["policy_lag"] = losses.masked_mean(lag, mask)
+            known = mask * tf.cast(acted >= 0, tf.float32)  # -1: an unknown policy acted
+            metrics["policy_lag"] = tf.where(tf.reduce_sum(known) > 0,
+                                             losses.masked_mean(lag, known), float("nan"))
         return loss, metrics
 
     def _train_step(self, data: dict[str, Any]) -> dict[str, tf.Tensor]:
