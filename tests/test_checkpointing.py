@@ -387,8 +387,11 @@ def test_a_killed_run_resumes_its_learner_counts_and_replay(tmp_path):
     assert int(line[3]) == saved.counts["env_steps"]
     assert int(line[4]) == replay_items
     assert "step budget" in output
-    final = checkpointing.latest_checkpoint_info(learner_dir)  # saved at shutdown
+    # Saved at shutdown; or, when the stop's 10 s ran out before that save on a CPU
+    # shared with other work (seen with the suite and two busy loops on 2 cores), the
+    # timer's last checkpoint, a few steps earlier.
+    final = checkpointing.latest_checkpoint_info(learner_dir)
     assert final.step > saved.step and final.counts["env_steps"] >= budget
     with open(logdir / "learner.csv") as f:  # appended to: the first run's rows stay
         steps = [int(row["learner_steps"]) for row in csv.DictReader(f)]
-    assert steps[0] == 1 and steps[-1] == final.counts["learner_steps"]
+    assert steps[0] == 1 and steps[-1] >= final.counts["learner_steps"] > saved.step
