@@ -228,6 +228,21 @@ np.savez({outputs!r}, **outputs)
 """
 
 
+def _run_export_without_seed_agents(tmp_path, model, inputs: dict, steps: int) -> dict:
+    """The exported model's outputs on `inputs`, computed by a Python that cannot import
+    seed-agents (-S: no site processing, so not the editable install's finder either;
+    a clean cwd and environment)."""
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    script = _LOAD_WITHOUT_SEED_AGENTS.format(
+        site_packages=_site_packages(), inputs=str(tmp_path / "inputs.npz"),
+        model=str(model), steps=steps, outputs=str(tmp_path / "outputs.npz"))
+    out = subprocess.run([sys.executable, "-S", "-c", textwrap.dedent(script)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                         env={"PATH": os.environ["PATH"], "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return dict(np.load(tmp_path / "outputs.npz"))
+
+
 def _site_packages() -> str:
     return next(p for p in sys.path if p.endswith("site-packages") and "python3" in p)
 
@@ -269,16 +284,7 @@ def test_an_exported_policy_loads_without_seed_agents_and_acts_as_the_toolkit(
     for t in range(steps):
         inputs[f"observation_{t}"] = rng.normal(size=(batch, 4)).astype(np.float32)
         inputs[f"prev_action_{t}"] = rng.integers(0, 2, batch).astype(np.int32)
-    np.savez(tmp_path / "inputs.npz", **inputs)
-    script = _LOAD_WITHOUT_SEED_AGENTS.format(
-        site_packages=_site_packages(), inputs=str(tmp_path / "inputs.npz"),
-        model=str(model), steps=steps, outputs=str(tmp_path / "outputs.npz"))
-    # -S: no site processing, so not the editable install's finder either; a clean cwd.
-    out = subprocess.run([sys.executable, "-S", "-c", textwrap.dedent(script)],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                         env={"PATH": os.environ["PATH"], "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert out.returncode == 0, out.stderr[-3000:]
-    exported = dict(np.load(tmp_path / "outputs.npz"))
+    exported = _run_export_without_seed_agents(tmp_path, model, inputs, steps)
     expected = _toolkit_actions(logdir, inputs, steps)
     for key, actions in expected.items():
         np.testing.assert_array_equal(exported[key], actions, err_msg=key)
@@ -405,15 +411,7 @@ def test_an_exported_continuous_policy_loads_without_seed_agents_and_acts_as_the
     for t in range(steps):
         inputs[f"observation_{t}"] = rng.normal(size=(batch, 3)).astype(np.float32)
         inputs[f"prev_action_{t}"] = rng.uniform(-1, 1, (batch, 1)).astype(np.float32)
-    np.savez(tmp_path / "inputs.npz", **inputs)
-    script = _LOAD_WITHOUT_SEED_AGENTS.format(
-        site_packages=_site_packages(), inputs=str(tmp_path / "inputs.npz"),
-        model=str(model), steps=steps, outputs=str(tmp_path / "outputs.npz"))
-    out = subprocess.run([sys.executable, "-S", "-c", textwrap.dedent(script)],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                         env={"PATH": os.environ["PATH"], "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert out.returncode == 0, out.stderr[-3000:]
-    exported = dict(np.load(tmp_path / "outputs.npz"))
+    exported = _run_export_without_seed_agents(tmp_path, model, inputs, steps)
     expected = _toolkit_actions(sac_run, inputs, steps)
     for key, actions in expected.items():
         np.testing.assert_allclose(exported[key], actions, rtol=1e-6, atol=1e-6,
