@@ -2,6 +2,7 @@
 
     python benchmarks/learn_continuous.py [--seeds 3] [--steps 100000] [--agents sac,d4pg]
                                           [--parallel 1] [--set sac:key=value ...]
+                                          [--results-dir DIR]
 
 Each run is the in-process backend with central inference (runner threads call the
 inference server, which writes n-step transitions to the rate-limited table), one runner
@@ -9,6 +10,12 @@ of `--envs` environments, the first of them a deterministic evaluation environme
 budget, the trained policy plays `--eval-episodes` episodes deterministically (its mean
 action) on a fresh environment: that mean return is the seed's figure. A uniformly random
 policy plays the same number of episodes on each task, in the same run: the baseline.
+
+`--results-dir DIR` keeps each finished seed's figures in DIR (one JSON file per agent
+and seed, with the settings it ran under); a later invocation with the same settings
+reuses them instead of training again, so seeds can be run in pieces (one per process,
+machine or session) and summarized in one line. A file whose settings differ is an error,
+never silently mixed in.
 
 `--parallel N` runs N seeds at once in separate processes (each with its TF threads
 sized for its share of the cores). Prints one JSON line last; measures, never asserts.
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
 import statistics
@@ -88,7 +96,9 @@ def run_seed(agent: str, seed: int, args: argparse.Namespace, threads: int) -> d
     out = {
         "seed": seed,
         "eval_return": round(eval_return, 1),
-        "train_mean_return": round(result.mean_return, 1),
+        # None when no training episode ended (JSON has no NaN)
+        "train_mean_return": (round(result.mean_return, 1)
+                              if math.isfinite(result.mean_return) else None),
         "env_steps": result.env_steps,
         "learner_steps": result.learner_steps,
         "wall_s": round(wall, 1),
@@ -100,8 +110,40 @@ def run_seed(agent: str, seed: int, args: argparse.Namespace, threads: int) -> d
     return out
 
 
+def seed_settings(agent: str, args: argparse.Namespace) -> dict[str, Any]:
+    """What a seed's figure depends on besides its seed: runs agree on all of it to be
+    summarized together."""
+    return {"env": TASKS[agent], "steps": args.steps, "envs": args.envs,
+            "eval_episodes": args.eval_episodes,
+            "overrides": sorted(o for o in args.overrides if o.startswith(f"{agent}:"))}
+
+
+def _result_path(args: argparse.Namespace, agent: str, seed: int) -> str:
+    return os.path.join(args.results_dir, f"{agent}_seed{seed}.json")
+
+
+def stored_result(args: argparse.Namespace, agent: str, seed: int) -> dict[str, Any] | None:
+    """The seed's figures from `--results-dir`, or None when it has not run there."""
+    if not args.results_dir or not os.path.exists(_result_path(args, agent, seed)):
+        return None
+    with open(_result_path(args, agent, seed)) as f:
+        stored = json.load(f)
+    if stored.get("settings") != seed_settings(agent, args):
+        raise SystemExit(f"{_result_path(args, agent, seed)} ran with settings "
+                         f"{stored.get('settings')}, not {seed_settings(agent, args)}: "
+                         "use another --results-dir or the same settings.")
+    return stored["result"]
+
+
 def _run_seed_job(job: tuple) -> dict[str, Any]:
-    return run_seed(*job)
+    agent, seed, args, _ = job
+    result = run_seed(*job)
+    if args.results_dir:  # written whole then renamed: a killed run leaves no half file
+        path = _result_path(args, agent, seed)
+        with open(path + ".tmp", "w") as f:
+            json.dump({"settings": seed_settings(agent, args), "result": result}, f)
+        os.replace(path + ".tmp", path)
+    return result
 
 
 def main() -> None:
@@ -114,6 +156,8 @@ def main() -> None:
                         help="environments of the one runner, the first for evaluation")
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--parallel", type=int, default=1, help="seeds run at once")
+    parser.add_argument("--results-dir", default=None,
+                        help="keep each seed's figures here and reuse those already there")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="AGENT:KEY=VALUE", help="e.g. sac:batch_size=128")
     args = parser.parse_args()
@@ -121,16 +165,24 @@ def main() -> None:
     unknown = set(agents) - set(TASKS)
     if unknown:
         parser.error(f"unknown agents {sorted(unknown)}; choose from {sorted(TASKS)}")
+    if args.results_dir:
+        os.makedirs(args.results_dir, exist_ok=True)
     threads = max(1, (os.cpu_count() or 1) // args.parallel)
     jobs = [(agent, seed, args, threads) for agent in agents
             for seed in range(args.first_seed, args.first_seed + args.seeds)]
+    stored = {(agent, seed): stored_result(args, agent, seed)
+              for agent, seed, *_ in jobs}
+    to_run = [job for job in jobs if stored[job[:2]] is None]
+    reused = [f"{agent}:{seed}" for (agent, seed), result in stored.items() if result]
     start = time.monotonic()
     if args.parallel > 1:
         with multiprocessing.get_context("spawn").Pool(args.parallel) as pool:
-            results = pool.map(_run_seed_job, jobs, chunksize=1)
+            fresh = pool.map(_run_seed_job, to_run, chunksize=1)
     else:
-        results = [run_seed(*job) for job in jobs]
+        fresh = [_run_seed_job(job) for job in to_run]
     wall = time.monotonic() - start
+    stored.update({job[:2]: result for job, result in zip(to_run, fresh, strict=True)})
+    results = [stored[job[:2]] for job in jobs]
     by_agent = {agent: [r for (a, *_), r in zip(jobs, results, strict=True) if a == agent]
                 for agent in agents}
     from seed_agents.envs.random_play import random_return
@@ -158,6 +210,7 @@ def main() -> None:
         "seeds": args.seeds,
         **report,
         "wall_s": round(wall, 1),
+        "reused_seeds": reused,
         "updates_per_s": round(statistics.median(r["updates_per_s"] for r in results), 1),
         "samples_per_insert": round(statistics.median(r["samples_per_insert"]
                                                       for r in results), 1),
