@@ -2,6 +2,7 @@
 
     python benchmarks/learn_pong.py [--frames 13000000] [--protocol ale_v5|no_sticky_life_loss]
                                     [--preset atari_ppo] [--seed 0] [--minutes 600]
+                                    [--logdir DIR [--resume]]
 
 Trains `atari:Pong` under the named protocol (`seed_agents.envs.atari.ATARI_PROTOCOLS`)
 with the named V-trace preset as local processes (the README's Atari data path: runner
@@ -16,6 +17,11 @@ frames when that mean (over at least 100 games) first reached 18 and 0 (null: ne
 same protocol, played in the same run, and `ratio` = (value - baseline) / (18 -
 baseline): 1 at the issue's target, 0 at random play. A run stopped by `--minutes`
 before its budget says so in `stop_reason` and `frames`.
+
+A run can be split into pieces (a machine lent for minutes at a time, a session's end):
+stop it with `--minutes`, then continue it with the same arguments plus `--resume` and a
+larger `--minutes` (the wall time of the pieces before counts toward it); the learner,
+counters, schedules and score curve carry on from the last checkpoint in `--logdir`.
 """
 
 from __future__ import annotations
@@ -80,6 +86,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=600.0, help="wall-time limit")
     parser.add_argument("--baseline-games", type=int, default=3)
     parser.add_argument("--logdir", default=None, help="default: runs/learn_pong-<time>")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --logdir (same arguments, more --minutes)")
     args = parser.parse_args()
 
     from seed_agents.agents.vtrace import presets
@@ -91,6 +99,8 @@ def main() -> None:
         config = parse_overrides(VTraceConfig, [
             *preset, *args.overrides,
             f"anneal_steps={anneal_steps_for(args.frames, config, ACTION_REPEAT)}"])
+    if args.resume and not args.logdir:
+        parser.error("--resume continues the run in --logdir: name it.")
     env_id = protocol_env_id("Pong", args.protocol)
     logdir = args.logdir or time.strftime("runs/learn_pong-%Y%m%d-%H%M%S")
 
@@ -99,7 +109,8 @@ def main() -> None:
         builder=VTraceBuilder(config), environment=env_id, num_runners=args.runners,
         envs_per_runner=args.envs_per_runner, max_env_steps=args.frames // ACTION_REPEAT,
         max_wall_s=args.minutes * 60.0, seed=args.seed, logdir=logdir, log_every_s=10.0,
-        inference_max_wait_ms=20.0, evaluate_every_s=None, checkpoint_every_s=300.0),
+        inference_max_wait_ms=20.0, evaluate_every_s=None, checkpoint_every_s=300.0,
+        resume=args.resume),
         stream=sys.stderr)
     curve = score_curve(logdir)
     for frames, games, mean in curve[:: max(1, len(curve) // 40)]:
