@@ -14,6 +14,7 @@ from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.agents.r2d2.learning import R2D2Learner
 from seed_agents.agents.r2d2.networks import RecurrentQNetwork
 from seed_agents.agents.r2d2.priorities import InitialPriority
+from seed_agents.agents.torsos import check_torso_observation
 from seed_agents.replay import (
     make_dataset,
     prioritized_table,
@@ -52,6 +53,7 @@ class R2D2Builder(AgentBuilder):
 
     def check_env_spec(self, env_spec: EnvironmentSpec) -> None:
         require_discrete_actions(env_spec, "R2D2")
+        check_torso_observation(self.config.torso, env_spec.observations.shape)
 
     def make_networks(self, env_spec: EnvironmentSpec) -> RecurrentQNetwork:
         c = self.config

@@ -9,6 +9,7 @@ import reverb
 
 from builders.base import AgentBuilder, require_discrete_actions
 from seed_agents import core
+from seed_agents.agents.torsos import check_torso_observation
 from seed_agents.agents.vtrace.acting import VTracePolicy
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.agents.vtrace.learning import VTraceLearner
@@ -33,6 +34,7 @@ class VTraceBuilder(AgentBuilder):
 
     def check_env_spec(self, env_spec: EnvironmentSpec) -> None:
         require_discrete_actions(env_spec, "V-trace")
+        check_torso_observation(self.config.torso, env_spec.observations.shape)
 
     def make_networks(self, env_spec: EnvironmentSpec) -> PolicyValueNetwork:
         return PolicyValueNetwork(

@@ -27,6 +27,8 @@ EXPECTED = {
     "mlp": (84 * 84 * 4, 0),
     "nature_cnn": (7 * 7 * 64, 8224 + 32832 + 36928),
     "impala_resnet": (11 * 11 * 32, (592 + 4 * 2320) + (4640 + 4 * 9248) + (9248 + 4 * 9248)),
+    # MinAtar's one 3x3 convolution of 16 channels, no padding: 84 -> 82.
+    "minatar": (82 * 82 * 16, 3 * 3 * 4 * 16 + 16),
 }
 
 

@@ -2,7 +2,8 @@
 
 A torso maps a batch of observations to a flat feature vector. Vector observations go
 through the agent's MLP layers only; pixel torsos put convolutions in front of them: the
-Nature DQN's three ("nature_cnn") or IMPALA's deep residual stack ("impala_resnet"). Each
+Nature DQN's three ("nature_cnn"), IMPALA's deep residual stack ("impala_resnet") or the
+MinAtar paper's single small one ("minatar", for 10x10 grids of object planes). Each
 is a plain list of Keras layers that `embed` runs in order, so a network holds its torso
 as a list attribute and its variables are tracked, trained and checkpointed like the rest.
 """
@@ -104,6 +105,13 @@ def _impala_resnet(
     return layers
 
 
+def _minatar_cnn(dtype: str = "float32") -> list[tf.keras.layers.Layer]:
+    """The MinAtar paper's torso (Young & Tian 2019): one 3x3 convolution of 16 channels,
+    stride 1, no padding (10x10 -> 8x8x16 = 1,024 features). The paper's 128 ReLU units
+    after it are the agent's `hidden_sizes=128,`."""
+    return [_conv(16, 3, strides=1, activation="relu", name="conv_0", dtype=dtype)]
+
+
 def _no_convolutions(dtype: str = "float32") -> list[tf.keras.layers.Layer]:
     return []
 
@@ -112,6 +120,7 @@ TORSOS: dict[str, Callable[..., list[tf.keras.layers.Layer]]] = {
     "mlp": _no_convolutions,
     "nature_cnn": _nature_cnn,
     "impala_resnet": _impala_resnet,
+    "minatar": _minatar_cnn,
 }
 """Convolutional front ends by name, each built as `TORSOS[name](dtype)` with a dtype policy
 of `PRECISIONS`; an agent's MLP layers follow each."""
@@ -124,6 +133,27 @@ def check_torso(torso: str) -> None:
     """
     if torso not in TORSOS:
         raise ValueError(f"torso must be one of {sorted(TORSOS)}, got {torso!r}.")
+
+
+def check_torso_observation(torso: str, observation_shape: Sequence[int]) -> None:
+    """Raises ValueError, naming torso and shape, when `torso` cannot read observations of
+    `observation_shape`: the builders call it with the environment's spec, so that the
+    mismatch is told before anything starts rather than as a convolution's shape error.
+
+    Pixel torsos need `[H, W, C]` images; "minatar" needs MinAtar's `[10, 10, C]` grids.
+    """
+    check_torso(torso)
+    shape = tuple(int(d) for d in observation_shape)
+    if torso == "mlp":
+        return
+    if torso == "minatar":
+        if len(shape) != 3 or shape[:2] != (10, 10):
+            raise ValueError(f"torso=minatar reads MinAtar's 10x10xC grids (minatar:<game> "
+                             f"ids); this environment's observations are {list(shape)}.")
+        return
+    if len(shape) != 3:
+        raise ValueError(f"torso={torso} reads [height, width, channels] images; this "
+                         f"environment's observations are {list(shape)} (use torso=mlp).")
 
 
 def make_torso(
@@ -151,12 +181,15 @@ def embed(
 ) -> tf.Tensor:
     """Runs `conv` (possibly empty), flattens, then runs `mlp`: [B, ...] -> [B, features].
 
-    Pixels arrive as uint8 (4x less to send than float32) and are scaled to [0, 1] here.
+    Pixels arrive as uint8 (4x less to send than float32) and are scaled to [0, 1] here;
+    bool observations (MinAtar's object planes) are already 0 or 1 and are only cast.
     The features are float32 whatever precision the layers compute in, so that heads,
     cores and losses never see bfloat16.
     """
     if conv:
-        x = tf.cast(observation, tf.float32) / 255.0
+        x = tf.cast(observation, tf.float32)
+        if observation.dtype != tf.bool:
+            x = x / 255.0
         for layer in conv:
             x = layer(x)
     else:

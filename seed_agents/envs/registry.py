@@ -11,7 +11,9 @@ builder's business. Built in are
 * `mask:<flat indices>:<id>`, e.g. `mask:1,3:gym:CartPole-v1`: the inner environment with
   those observation entries zeroed (see `seed_agents.envs.masked`);
 * `dmc:<domain>-<task>`, e.g. `dmc:walker-walk`: the DeepMind Control Suite with flat
-  float32 observations (see `seed_agents.envs.dmc`; dm_control is imported on first use).
+  float32 observations (see `seed_agents.envs.dmc`; dm_control is imported on first use);
+* `minatar:<game>[,key=value,...]`, e.g. `minatar:breakout`: MinAtar's 10x10 Atari analogues
+  (see `seed_agents.envs.minatar`; the optional `minatar` package is imported on first use).
 
 Continuous actions are presented in [-1, 1] (`seed_agents.envs.action_scaling`) by every
 built-in prefix: `gym:HalfCheetah-v5` and `gym:Pendulum-v1` as much as `dmc:` tasks.
@@ -268,3 +270,26 @@ def _make_dmc(rest: str, seed: int | None) -> dm_env.Environment:
 
 
 register("dmc", _make_dmc, validate=_validate_dmc)
+
+
+# --- minatar: ---------------------------------------------------------------------------
+
+
+def _validate_minatar(rest: str) -> None:
+    import importlib.util
+
+    from seed_agents.envs import minatar
+
+    minatar.parse_minatar_id(rest)
+    # Looked up, not imported: the package loads matplotlib and seaborn (~2 s).
+    if importlib.util.find_spec("minatar") is None:
+        raise ValueError(f"'minatar:{rest}' needs the minatar package. {minatar.INSTALL_HINT}")
+
+
+def _make_minatar(rest: str, seed: int | None) -> dm_env.Environment:
+    from seed_agents.envs import minatar
+
+    return minatar.make_minatar(rest, seed)
+
+
+register("minatar", _make_minatar, validate=_validate_minatar)
