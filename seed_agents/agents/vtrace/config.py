@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+VALUE_NORMALIZATIONS = (None, "running", "popart")
+"""The choices of `VTraceConfig.value_normalization`."""
+
 
 @dataclasses.dataclass(frozen=True)
 class VTraceConfig:
@@ -69,6 +72,33 @@ class VTraceConfig:
         less CPU per frame for a pixel torso on hardware with native bfloat16, ~8x more
         where it is emulated (it runs, with a warning); "auto" picks bfloat16 only where
         it is native (`seed_agents.utils.hardware`), where the network is built.
+      value_normalization: None, "running" or "popart". When set, the value head predicts
+        the value normalized by running statistics (mean, std) of the V-trace targets
+        `vs`, and the baseline loss is 0.5 * ((vs - mean) / std - head)^2: its scale, and
+        so its share of the gradient against the policy's, no longer depends on the
+        reward scale of the task. V-trace itself reads the unnormalized value
+        mean + std * head. "running" is rl_games' `normalize_value`: the statistics just
+        move, and what a head output means moves with them. "popart" (van Hasselt et
+        al. 2016; Hessel et al. 2019 for IMPALA) also rescales the value head's weights
+        at every statistics update so that the unnormalized value stays exactly what it
+        was (Preserving Outputs Precisely): learning the scale never perturbs the values.
+        The statistics belong to the learner (see `VTraceLearner`).
+      value_normalization_decay: the statistics are an exponential moving average with
+        this decay per learner step (~1 / (1 - decay) steps of memory), after a warm-up
+        that averages the first batches equally (see `ValueNormalizer`).
+      kl_target: when set, the learning rate adapts to the KL divergence between the
+        behaviour policy mu and the learner's policy pi (rl_games' `lr_schedule:
+        adaptive`): after each learner step, KL above 2 * kl_target divides it by
+        `kl_adapt_factor`, KL below kl_target / 2 multiplies it, within
+        [min_learning_rate, max_learning_rate]. It replaces `anneal_steps`'s learning
+        rate schedule (they cannot both be set). `learning_rate` is where it starts.
+      min_learning_rate, max_learning_rate: the bounds of the adaptive learning rate.
+      kl_adapt_factor: the factor (> 1) of one adaptive learning rate change.
+      num_minibatches: each batch of `batch_size` unrolls is split into this many
+        minibatches of whole unrolls (V-trace needs an unroll's every row), and each of
+        the `sgd_steps_per_batch` epochs takes one gradient step per minibatch, as PPO
+        does: a learner step then takes sgd_steps_per_batch * num_minibatches gradient
+        steps, each on batch_size / num_minibatches unrolls. It must divide batch_size.
     """
 
     learning_rate: float = 1e-3
@@ -98,6 +128,13 @@ class VTraceConfig:
     final_learning_rate_fraction: float = 0.0
     final_entropy_fraction: float = 1.0
     precision: str = "float32"
+    value_normalization: str | None = None
+    value_normalization_decay: float = 0.99
+    kl_target: float | None = None
+    min_learning_rate: float = 1e-6
+    max_learning_rate: float = 1e-2
+    kl_adapt_factor: float = 1.5
+    num_minibatches: int = 1
 
     def __post_init__(self):
         if self.learning_rate <= 0:
@@ -134,6 +171,36 @@ class VTraceConfig:
         for name in ("final_learning_rate_fraction", "final_entropy_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}.")
+        if self.value_normalization not in VALUE_NORMALIZATIONS:
+            raise ValueError(f"value_normalization must be one of {VALUE_NORMALIZATIONS}, "
+                             f"got {self.value_normalization!r}.")
+        if not 0.0 < self.value_normalization_decay < 1.0:
+            raise ValueError("value_normalization_decay must be in (0, 1), got "
+                             f"{self.value_normalization_decay}.")
+        if self.kl_target is not None:
+            if self.kl_target <= 0:
+                raise ValueError(f"kl_target must be > 0 or None, got {self.kl_target}.")
+            if self.anneal_steps is not None:
+                raise ValueError(
+                    "kl_target and anneal_steps cannot both be set: each one sets the "
+                    "learning rate (adaptively on the KL, or on a schedule); choose one.")
+        if not 0.0 < self.min_learning_rate <= self.max_learning_rate:
+            raise ValueError(
+                f"min_learning_rate ({self.min_learning_rate}) must be > 0 and <= "
+                f"max_learning_rate ({self.max_learning_rate}).")
+        if (self.kl_target is not None
+                and not self.min_learning_rate <= self.learning_rate <= self.max_learning_rate):
+            raise ValueError(
+                f"learning_rate ({self.learning_rate}) must be within [min_learning_rate, "
+                f"max_learning_rate] ([{self.min_learning_rate}, {self.max_learning_rate}]) "
+                "when kl_target adapts it: that is where it starts.")
+        if self.kl_adapt_factor <= 1.0:
+            raise ValueError(f"kl_adapt_factor must be > 1, got {self.kl_adapt_factor}.")
+        if self.num_minibatches < 1 or self.batch_size % self.num_minibatches:
+            raise ValueError(
+                f"num_minibatches ({self.num_minibatches}) must be >= 1 and divide "
+                f"batch_size ({self.batch_size}): minibatches are whole unrolls, all of "
+                "one size.")
         # Deferred: the torso table loads TensorFlow, which importing a config should not.
         from seed_agents.agents.torsos import check_torso
         from seed_agents.utils.hardware import check_precision

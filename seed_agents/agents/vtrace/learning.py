@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -13,13 +13,51 @@ from seed_agents.agents.batches import Batches
 from seed_agents.agents.vtrace import losses
 from seed_agents.agents.vtrace.acting import POLICY_VERSION
 from seed_agents.agents.vtrace.config import VTraceConfig
-from seed_agents.agents.vtrace.networks import PolicyValueNetwork
-from seed_agents.agents.vtrace.vtrace import vtrace_returns
+from seed_agents.agents.vtrace.networks import PolicyValueNetwork, ValueNormalizer
+from seed_agents.agents.vtrace.vtrace import VTraceReturns, vtrace_returns
 from seed_agents.replay import unrolls
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import Logger, NoOpLogger
 
 _FIRST, _LAST = 0, 2
+# Valid rows of a minibatch: what its masked means are weighed with when the minibatches'
+# metrics are merged. Not logged.
+_VALID_ROWS = "valid_rows"
+
+
+class _Forward(NamedTuple):
+    """One pass of the learner's network over a batch, with its V-trace targets.
+
+    All time-major: [T+1, B] for the rows the network saw, [T, B] for transitions.
+    """
+
+    rows: dict[str, Any]
+    head: tf.Tensor  # the value head's outputs: normalized values under value_normalization
+    values: tf.Tensor  # the values V-trace uses, unnormalized
+    actions: tf.Tensor
+    rewards: tf.Tensor
+    discounts: tf.Tensor
+    mask: tf.Tensor
+    target_logits: tf.Tensor
+    behaviour_logits: tf.Tensor
+    log_rhos: tf.Tensor
+    returns: VTraceReturns
+
+
+def adapt_learning_rate(learning_rate: float, kl: float, kl_target: float, factor: float,
+                        min_learning_rate: float, max_learning_rate: float) -> float:
+    """rl_games' adaptive rule: the next learning rate after a step that moved the policy kl.
+
+    Above 2 * kl_target the step was too large: divide by `factor` (not below the floor);
+    below kl_target / 2, too timid: multiply (not above the cap); in between, and for a
+    NaN kl, keep it. The dead band between the two keeps the rate from oscillating on
+    every step's noise.
+    """
+    if kl > 2.0 * kl_target:
+        return max(learning_rate / factor, min_learning_rate)
+    if kl < 0.5 * kl_target:
+        return min(learning_rate * factor, max_learning_rate)
+    return learning_rate
 
 
 def _time_major(x: tf.Tensor) -> tf.Tensor:
@@ -40,7 +78,33 @@ class VTraceLearner(core.Learner):
     gradient steps taken on each batch), `explained_variance` of the value against its
     V-trace targets, and `policy_lag`: the mean number of learner steps between the
     variables that acted each row (the policy's `policy_version` extra) and the learner's
-    variables now.
+    variables now; and `kl`, the mean KL(mu || pi) from the behaviour policy mu to the
+    learner's pi over the batch's valid rows, with pi as the last epoch's gradient steps
+    saw it (each minibatch's rows at its own step): how far one batch's updates moved the
+    policy from the one that acted.
+
+    Minibatches (`num_minibatches` k): every epoch draws a permutation of the batch's
+    unrolls and cuts it into k minibatches of whole unrolls. The permutation comes from
+    `tf.random.experimental.stateless_shuffle` seeded with (learner step, epoch): a new
+    order per epoch, no random state to checkpoint, and a resumed run shuffles as the
+    uninterrupted one would have. The logged metrics are the last epoch's, averaged over
+    its minibatches (the KL weighed by valid rows, so it is the whole batch's mean).
+
+    Adaptive learning rate (`kl_target`): after each step, `adapt_learning_rate` sets the
+    optimizer's learning rate variable from the step's `kl`; that variable is the state
+    (the Adam optimizer's own, which its checkpoint carries; `checkpoint_objects` also
+    names it). The logged `learning_rate` is the one this step's gradients were applied with.
+
+    Value normalization (`value_normalization`): a `ValueNormalizer` holds the statistics
+    of the V-trace targets, updated once per learner step before its gradient steps (the
+    PopArt order: targets are normalized with statistics that include them, so even the
+    first batch trains the head on targets of order 1), from one extra forward pass over
+    the batch. The statistics live on the learner, not on the network: the policy acts
+    without values; the network's variables are what local actors and evaluators copy one
+    for one (`get_variables`) and what checkpoints of runs without normalization hold, so
+    statistics on it would change its variable list with a config field the builder's
+    networks do not see. The price: under normalization the network's own value output is
+    the normalized one, and `value_normalizer.unnormalize` turns it into a value.
     """
 
     def __init__(
@@ -59,7 +123,16 @@ class VTraceLearner(core.Learner):
         self._optimizer = tf.keras.optimizers.Adam(
             config.learning_rate, beta_2=config.adam_beta2, epsilon=config.adam_epsilon
         )
+        # The optimizer's own variable: the Adam checkpoint already carries it, and it is
+        # state when kl_target adapts it (with anneal_steps, a function of the step).
+        self._learning_rate = self._optimizer.learning_rate
         self._samples_per_step = config.batch_size * config.unroll_length
+        self._value_normalizer: ValueNormalizer | None = None
+        if config.value_normalization is not None:
+            self._value_normalizer = ValueNormalizer(config.value_normalization_decay)
+        # PopArt: each statistics update rescales this head to preserve the values.
+        self._preserved_head = (network.value_head if config.value_normalization == "popart"
+                                else None)
         # Schedules are functions of the step count: not state of their own to checkpoint.
         self._entropy_cost = tf.Variable(config.entropy_cost, dtype=tf.float32,
                                          trainable=False, name="entropy_cost")
@@ -71,7 +144,16 @@ class VTraceLearner(core.Learner):
     def network(self) -> PolicyValueNetwork:
         return self._network
 
-    def _loss(self, data: dict[str, Any]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    @property
+    def value_normalizer(self) -> ValueNormalizer | None:
+        """The value targets' statistics under `value_normalization`; None without it."""
+        return self._value_normalizer
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self._learning_rate.numpy())
+
+    def _forward(self, data: dict[str, Any]) -> _Forward:
         c = self._config
         rows = {
             k: tree.map_structure(_time_major, v)
@@ -80,9 +162,12 @@ class VTraceLearner(core.Learner):
         }
         step_type = tf.cast(rows[unrolls.STEP_TYPE], tf.int32)
         state = data.get(unrolls.START_STATE, ())
-        logits, values = self._network.unroll(
+        logits, head = self._network.unroll(
             rows[unrolls.OBSERVATION], rows[unrolls.PREV_ACTION], step_type == _FIRST, state
         )
+        values = head
+        if self._value_normalizer is not None:
+            values = self._value_normalizer.unnormalize(head)
         # Row t holds the action at t; the reward and discount of t -> t+1 are in row t+1.
         actions = tf.cast(rows[unrolls.ACTION][:-1], tf.int32)
         rewards = rows[unrolls.REWARD][1:]
@@ -105,6 +190,14 @@ class VTraceLearner(core.Learner):
             clip_c_threshold=c.clip_c_threshold,
             lambda_=c.vtrace_lambda,
         )
+        return _Forward(rows, head, values, actions, rewards, discounts, mask, target_logits,
+                        behaviour_logits, log_rhos, returns)
+
+    def _loss(self, data: dict[str, Any]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        c = self._config
+        f = self._forward(data)
+        rewards, discounts, mask, values, returns = (f.rewards, f.discounts, f.mask, f.values,
+                                                     f.returns)
         if c.ppo_clip is None:
             advantages = returns.pg_advantages
         else:
@@ -114,24 +207,32 @@ class VTraceLearner(core.Learner):
         if c.normalize_advantages:
             advantages = losses.normalize(advantages, mask)
         if c.ppo_clip is None:
-            pg_loss = losses.policy_gradient_loss(target_logits, actions, advantages, mask)
+            pg_loss = losses.policy_gradient_loss(f.target_logits, f.actions, advantages, mask)
         else:
-            pg_loss = losses.clipped_surrogate_loss(log_rhos, advantages, c.ppo_clip, mask)
-        baseline_loss = losses.baseline_loss(returns.vs, values[:-1], mask)
-        entropy_loss = losses.entropy_loss(target_logits, mask)
+            pg_loss = losses.clipped_surrogate_loss(f.log_rhos, advantages, c.ppo_clip, mask)
+        if self._value_normalizer is None:
+            baseline_loss = losses.baseline_loss(returns.vs, values[:-1], mask)
+        else:
+            # In normalized space: 0.5 * ((vs - mean) / std - head)^2 is of order 1 whatever
+            # the reward scale, so baseline_cost means the same on every task.
+            baseline_loss = losses.baseline_loss(self._value_normalizer.normalize(returns.vs),
+                                                 f.head[:-1], mask)
+        entropy_loss = losses.entropy_loss(f.target_logits, mask)
         loss = pg_loss + c.baseline_cost * baseline_loss + self._entropy_cost * entropy_loss
         metrics = {
             "loss": loss,
             "pg_loss": pg_loss,
             "baseline_loss": baseline_loss,
             "entropy": -entropy_loss,
-            "mean_rho": losses.masked_mean(tf.exp(log_rhos), mask),
+            "mean_rho": losses.masked_mean(tf.exp(f.log_rhos), mask),
+            "kl": losses.kl_divergence(f.behaviour_logits, f.target_logits, mask),
             # Spread of the value over the batch's states: exactly 0 when the network's
             # output no longer depends on its input (e.g. every first-layer ReLU dead).
             "value_std": tf.math.reduce_std(values),
             "explained_variance": losses.explained_variance(returns.vs, values[:-1], mask),
+            _VALID_ROWS: tf.reduce_sum(mask),
         }
-        extras = rows[unrolls.EXTRAS]
+        extras = f.rows[unrolls.EXTRAS]
         if POLICY_VERSION in extras:  # policies of other agents may not stamp versions
             acted = tf.cast(extras[POLICY_VERSION][:-1], tf.float32)
             lag = tf.cast(self._network.version, tf.float32) - acted
@@ -154,17 +255,39 @@ class VTraceLearner(core.Learner):
         metrics["gradient_norm"] = norm
         return metrics
 
+    def _minibatches(self, data: dict[str, Any], epoch: int) -> list[dict[str, Any]]:
+        """The batch's unrolls (batch-major: axis 0), shuffled and cut into minibatches."""
+        c = self._config
+        if c.num_minibatches == 1:
+            return [data]  # one full-batch step: its order does not matter
+        seed = tf.stack([self._num_steps, tf.constant(epoch, tf.int64)])
+        return [tree.map_structure(lambda x, rows=rows: tf.gather(x, rows), data)
+                for rows in minibatch_indices(c.batch_size, c.num_minibatches, seed)]
+
     def _train_steps(self, data: dict[str, Any]) -> dict[str, tf.Tensor]:
         # All the gradient steps on one batch in one graph call: the Python-to-TF hand-off
         # costs about as much as a step of a small network. The loop is unrolled at trace
         # time: a graph loop (tf.range) traced faster (LSTM: 4.2 s vs 6.0 s once) but ran
         # each MLP step 60% slower (4.4 ms vs 2.75 ms per batch, measured here).
-        for _ in range(self._config.sgd_steps_per_batch):
-            metrics = self._train_step(data)
+        if self._value_normalizer is not None:
+            forward = self._forward(data)
+            self._value_normalizer.update(forward.returns.vs, forward.mask,
+                                          preserve=self._preserved_head)
+        for epoch in range(self._config.sgd_steps_per_batch):
+            epoch_metrics = [self._train_step(minibatch)
+                             for minibatch in self._minibatches(data, epoch)]
+        metrics = _merge_minibatch_metrics(epoch_metrics)
+        if self._value_normalizer is not None:
+            metrics["value_normalization_mean"] = self._value_normalizer.mean
+            metrics["value_normalization_std"] = self._value_normalizer.std
         return metrics
 
     def _apply_schedules(self) -> dict[str, float]:
         c = self._config
+        reuse = {"batch_reuse": float(c.sgd_steps_per_batch)}
+        if c.kl_target is not None:  # adapted after each step; anneal_steps is None
+            return {"learning_rate": self.learning_rate, "entropy_cost": c.entropy_cost,
+                    **reuse}
         fraction = 1.0
         if c.anneal_steps is not None:
             progress = min(self.num_steps / c.anneal_steps, 1.0)
@@ -176,8 +299,7 @@ class VTraceLearner(core.Learner):
         if c.anneal_steps is not None:
             self._optimizer.learning_rate = learning_rate
             self._entropy_cost.assign(entropy_cost)
-        return {"learning_rate": learning_rate, "entropy_cost": entropy_cost,
-                "batch_reuse": float(c.sgd_steps_per_batch)}
+        return {"learning_rate": learning_rate, "entropy_cost": entropy_cost, **reuse}
 
     def step(self) -> dict[str, float]:
         sample = self._batches.next()
@@ -186,6 +308,11 @@ class VTraceLearner(core.Learner):
         schedules = self._apply_schedules()
         metrics = {k: float(v) for k, v in self._train(sample.data).items()}
         metrics.update(schedules)
+        c = self._config
+        if c.kl_target is not None:
+            self._learning_rate.assign(adapt_learning_rate(
+                self.learning_rate, metrics["kl"], c.kl_target, c.kl_adapt_factor,
+                c.min_learning_rate, c.max_learning_rate))
         self._num_steps.assign_add(1)
         self._network.version.assign(self._num_steps)
         counts = self._counter.increment(
@@ -202,31 +329,91 @@ class VTraceLearner(core.Learner):
         # once and its check that every object matched covers them too (unbuilt, TF
         # would restore them later, when the first step builds them, unchecked).
         self._optimizer.build(self._network.trainable_variables)
-        return {"network": self._network, "optimizer": self._optimizer,
-                "step": self._num_steps}
+        objects = {"network": self._network, "optimizer": self._optimizer,
+                   "step": self._num_steps}
+        # Only where the config uses them: a checkpoint of a run without them keeps the
+        # layout it always had, and restores into a learner that does not use them either.
+        if self._value_normalizer is not None:
+            objects["value_normalizer"] = self._value_normalizer
+        if self._config.kl_target is not None:
+            objects["learning_rate"] = self._learning_rate  # also under the optimizer
+        return objects
 
     def save(self) -> dict[str, Any]:
-        return {
+        # Built, as for checkpoint_objects: a state then always holds every optimizer
+        # variable, and any learner of the same network can restore it.
+        self._optimizer.build(self._network.trainable_variables)
+        state = {
             "num_steps": self.num_steps,
             "network": [v.numpy() for v in self._network.variables],
             "optimizer": [v.numpy() for v in self._optimizer.variables],
         }
+        if self._value_normalizer is not None:
+            state["value_normalizer"] = [v.numpy() for v in self._value_normalizer.variables]
+        if self._config.kl_target is not None:
+            state["learning_rate"] = self.learning_rate
+        return state
 
     def restore(self, state: dict[str, Any]) -> None:
         for variable, value in zip(self._network.variables, state["network"], strict=True):
             variable.assign(value)
         if state["optimizer"]:
-            if not self._optimizer.variables:
-                self._optimizer.build(self._network.trainable_variables)
+            # Unconditionally (build is idempotent): an unbuilt Adam already holds its
+            # iteration count, so "has no variables" does not tell whether it was built,
+            # and a fresh learner could not take a trained one's state.
+            self._optimizer.build(self._network.trainable_variables)
             for variable, value in zip(self._optimizer.variables, state["optimizer"],
                                        strict=True):
                 variable.assign(value)
+        if self._value_normalizer is not None:
+            # Strict: without its statistics the restored value head's outputs mean nothing.
+            if "value_normalizer" not in state:
+                raise ValueError("The saved state has no value_normalizer statistics: it "
+                                 "is of a learner without value_normalization.")
+            for variable, value in zip(self._value_normalizer.variables,
+                                       state["value_normalizer"], strict=True):
+                variable.assign(value)
+        if self._config.kl_target is not None and "learning_rate" in state:
+            # Lenient: a state saved without adaptation restarts from `learning_rate`.
+            self._learning_rate.assign(state["learning_rate"])
         self._num_steps.assign(int(state["num_steps"]))
         self._network.version.assign(self._num_steps)
 
     @property
     def num_steps(self) -> int:
         return int(self._num_steps.numpy())
+
+
+def minibatch_indices(batch_size: int, num_minibatches: int,
+                      seed: tf.Tensor) -> list[tf.Tensor]:
+    """A permutation of range(batch_size) drawn from `seed`, cut into equal minibatches.
+
+    `seed` is a [2] integer tensor (the learner passes (learner step, epoch)); the same
+    seed gives the same permutation, so nothing random needs to be checkpointed.
+    `num_minibatches` must divide `batch_size` (the config checks it).
+    """
+    order = tf.random.experimental.stateless_shuffle(tf.range(batch_size), seed=seed)
+    size = batch_size // num_minibatches
+    return [order[i * size:(i + 1) * size] for i in range(num_minibatches)]
+
+
+def _merge_minibatch_metrics(per_minibatch: list[dict[str, tf.Tensor]]
+                             ) -> dict[str, tf.Tensor]:
+    """The epoch's metrics: each the mean over its minibatches, the KL weighed by valid rows.
+
+    Weighed, the KL is the mean over every valid row of the batch, which the adaptive
+    learning rate compares with its target; the others are read, not acted on.
+    """
+    if len(per_minibatch) == 1:
+        metrics = dict(per_minibatch[0])
+        metrics.pop(_VALID_ROWS)
+        return metrics
+    rows = [m[_VALID_ROWS] for m in per_minibatch]
+    metrics = {key: tf.add_n([m[key] for m in per_minibatch]) / len(per_minibatch)
+               for key in per_minibatch[0] if key != _VALID_ROWS}
+    metrics["kl"] = (tf.add_n([m["kl"] * n for m, n in zip(per_minibatch, rows, strict=True)])
+                     / tf.maximum(tf.add_n(rows), 1.0))
+    return metrics
 
 
 def _log_prob(logits: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:

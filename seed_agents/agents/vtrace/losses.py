@@ -122,3 +122,18 @@ def clipped_surrogate_loss(
         tf.clip_by_value(ratio, 1.0 - epsilon, 1.0 + epsilon) * advantages,
     )
     return -masked_mean(surrogate, mask)
+
+
+def kl_divergence(p_logits: tf.Tensor, q_logits: tf.Tensor,
+                  mask: tf.Tensor | None = None) -> tf.Tensor:
+    """masked_mean(KL(p || q)) = masked_mean(sum_a p_a (log p_a - log q_a)), p, q softmaxes.
+
+    Args:
+      p_logits, q_logits: [T, B, A] unnormalized log-probabilities; for the learner's
+        drift from the behaviour policy, p is the behaviour policy mu and q the learner's pi.
+      mask: optional [T, B], 1.0 valid / 0.0 invalid.
+    """
+    p_log_probs = tf.nn.log_softmax(p_logits, axis=-1)
+    q_log_probs = tf.nn.log_softmax(q_logits, axis=-1)
+    kl = tf.reduce_sum(tf.exp(p_log_probs) * (p_log_probs - q_log_probs), axis=-1)
+    return masked_mean(kl, mask)

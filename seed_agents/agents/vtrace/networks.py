@@ -101,6 +101,11 @@ class PolicyValueNetwork(tf.Module):
         one_hot = tf.one_hot(tf.cast(prev_action, tf.int32), self.num_actions)
         return tf.concat([embedding, one_hot], axis=-1)
 
+    @property
+    def value_head(self) -> tf.keras.layers.Dense:
+        """The Dense(1) layer whose output is the value; PopArt rescales its weights."""
+        return self._value_head
+
     def _heads(self, x: tf.Tensor, v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return self._policy_head(x), tf.squeeze(self._value_head(v), -1)
 
@@ -133,3 +138,103 @@ class PolicyValueNetwork(tf.Module):
             )
             v = x
         return self._heads(x, v)
+
+
+class ValueNormalizer(tf.Module):
+    """Running statistics of the value targets, which a value head predicts normalized.
+
+    The head outputs h; the value is `unnormalize(h) = mean + std * h`, and the head is
+    trained on `normalize(target) = (target - mean) / std`, so the value loss is of order 1
+    whatever the scale of the returns. `update` folds a batch of targets into `mean` and the
+    second moment nu (std = sqrt(nu - mean^2)), with step size
+
+        max(1 - decay, 1 / n)    for the n-th update
+
+    i.e. the plain average of the first batches until 1 / n drops below 1 - decay, an
+    exponential moving average after that. Why the warm-up: a moving average starts from
+    its initial values (mean 0, std 1) and needs ~1 / (1 - decay) updates to forget them;
+    with returns in the thousands the first hundred steps would train the head on targets
+    of std ~1000 instead of 1. With the warm-up the first update takes the first batch's
+    statistics exactly.
+
+    Given the value head (`update(..., preserve=head)`: PopArt, "Preserving Outputs
+    Precisely", van Hasselt et al. 2016), an update also rescales the head's kernel W and
+    bias b so that every unnormalized output is unchanged:
+    W' = W * std / std',  b' = (std * b + mean - mean') / std'. Without it ("running",
+    rl_games' `normalize_value`) the head's outputs keep their numbers and mean other
+    values until training catches up. The head is an argument, not an attribute, so that
+    the normalizer's variables (and checkpoint) are its statistics only.
+
+    The std is clipped to [1e-4, 1e6] (the PopArt paper's bounds): constant targets would
+    otherwise make it 0 and `normalize` divide by it. The statistics are float64 variables:
+    nu - mean^2 cancels catastrophically in float32 when the returns' mean is large
+    against their spread (mean 1e4, std 1: nu = 1e8 + 1 has no 1 in float32).
+    """
+
+    STD_BOUNDS = (1e-4, 1e6)
+
+    def __init__(self, decay: float, name: str = "value_normalizer"):
+        super().__init__(name=name)
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"decay must be in (0, 1), got {decay}.")
+        self._decay = decay
+        with self.name_scope:
+            self.first_moment = tf.Variable(0.0, dtype=tf.float64, trainable=False,
+                                            name="first_moment")
+            self.second_moment = tf.Variable(1.0, dtype=tf.float64, trainable=False,
+                                             name="second_moment")
+            self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+
+    def _std(self) -> tf.Tensor:
+        variance = self.second_moment - tf.square(self.first_moment)
+        low, high = self.STD_BOUNDS
+        return tf.clip_by_value(tf.sqrt(tf.maximum(variance, 0.0)), low, high)
+
+    @property
+    def mean(self) -> tf.Tensor:
+        return tf.cast(self.first_moment, tf.float32)
+
+    @property
+    def std(self) -> tf.Tensor:
+        return tf.cast(self._std(), tf.float32)
+
+    def normalize(self, x: tf.Tensor) -> tf.Tensor:
+        return (x - self.mean) / self.std
+
+    def unnormalize(self, x: tf.Tensor) -> tf.Tensor:
+        return self.mean + self.std * x
+
+    def update(self, targets: tf.Tensor, mask: tf.Tensor | None = None,
+               preserve: tf.keras.layers.Dense | None = None) -> None:
+        """Folds the targets on the rows `mask` keeps into the statistics (see above).
+
+        `preserve`: the value head whose unnormalized outputs the update must not change
+        (PopArt); None leaves the head alone. A batch without a valid row changes
+        nothing, not even the update count.
+        """
+        targets = tf.cast(tf.stop_gradient(targets), tf.float64)
+        if mask is None:
+            mask = tf.ones_like(targets)
+        mask = tf.cast(mask, tf.float64)
+        valid = tf.reduce_sum(mask)
+        rows = tf.maximum(valid, 1.0)
+        batch_mean = tf.reduce_sum(mask * targets) / rows
+        batch_second_moment = tf.reduce_sum(mask * tf.square(targets)) / rows
+        has_rows = tf.cast(valid > 0, tf.float64)
+        count = self.updates + tf.cast(has_rows, tf.int64)
+        step = has_rows * tf.maximum(tf.constant(1.0 - self._decay, tf.float64),
+                                     1.0 / tf.cast(tf.maximum(count, 1), tf.float64))
+        old_mean, old_std = tf.identity(self.first_moment), self._std()
+        self.first_moment.assign_add(step * (batch_mean - old_mean))
+        self.second_moment.assign_add(step * (batch_second_moment - self.second_moment))
+        self.updates.assign(count)
+        if preserve is not None:
+            self._preserve_outputs(preserve, old_mean, old_std)
+
+    def _preserve_outputs(self, head: tf.keras.layers.Dense, old_mean: tf.Tensor,
+                          old_std: tf.Tensor) -> None:
+        new_mean, new_std = self.first_moment, self._std()
+        kernel, bias = head.kernel, head.bias
+        kernel.assign(kernel * tf.cast(old_std / new_std, kernel.dtype))
+        bias.assign(tf.cast((old_std * tf.cast(bias, tf.float64) + old_mean - new_mean)
+                            / new_std, bias.dtype))
