@@ -28,9 +28,10 @@ from seed_agents.agents.bc.config import BCConfig  # noqa: E402
 from seed_agents.agents.cql.config import CQLConfig  # noqa: E402
 from seed_agents.agents.d4pg.config import D4PGConfig  # noqa: E402
 from seed_agents.agents.r2d2.config import R2D2Config  # noqa: E402
+from seed_agents.agents.r2d2.presets import R2D2_PRESETS  # noqa: E402
 from seed_agents.agents.sac.config import SACConfig  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
-from seed_agents.agents.vtrace.presets import ATARI_CPU, ATARI_PPO  # noqa: E402
+from seed_agents.agents.vtrace.presets import VTRACE_PRESETS  # noqa: E402
 from seed_agents.inference.security import (  # noqa: E402
     DEFAULT_TLS_SERVER_NAME,
     TLSConfig,
@@ -48,8 +49,8 @@ AGENTS: dict[str, tuple[type, type]] = {
 }
 BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
 PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
-    "vtrace": {"atari_cpu": ATARI_CPU, "atari_ppo": ATARI_PPO},
-    "r2d2": {},
+    "vtrace": VTRACE_PRESETS,
+    "r2d2": R2D2_PRESETS,
     "sac": {},
     "d4pg": {},
     "bc": {},
@@ -170,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="named agent settings applied before any --set: "
                             "vtrace: atari_cpu (Atari on a few CPU cores, as "
                             "examples/atari_pong.py trains), atari_ppo (CleanRL PPO's "
-                            "Atari settings; set anneal_steps for the budget)")
+                            "Atari settings; set anneal_steps for the budget), minatar "
+                            "(MinAtar's minatar:<game> ids); r2d2: minatar")
     train.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override an agent config field (repeatable)")
     after_training.add_parsers(commands)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import dm_env
@@ -154,3 +155,58 @@ def test_minatar_torso_on_other_observations_is_refused_before_anything_starts(b
     builder.check_env_spec(make_environment_spec(make_environment("minatar:seaquest")))
     with pytest.raises(ValueError, match="torso=nature_cnn reads"):
         check_torso_observation("nature_cnn", (4,))
+
+
+def _preset_experiment(agent: str, *extra: str):
+    from launch.cli import build_parser, make_experiment
+
+    return make_experiment(build_parser().parse_args(
+        ["train", "--agent", agent, "--env", "minatar:breakout", "--preset", "minatar",
+         *extra]))
+
+
+@pytest.mark.parametrize("agent", ["vtrace", "r2d2"])
+def test_each_agent_has_a_minatar_preset_with_the_papers_network(agent):
+    config = _preset_experiment(agent, "--set", "batch_size=16").builder.config
+    assert config.torso == "minatar" and config.hidden_sizes == (128,)
+    assert config.batch_size == 16  # --set after the preset wins
+
+
+@pytest.mark.parametrize("agent", ["vtrace", "r2d2"])
+def test_agents_learn_from_minatar_planes_through_central_inference(agent, tmp_path):
+    import io
+
+    from launch.inprocess import run_inprocess
+
+    small = {"vtrace": ["--set", "batch_size=4", "--set", "queue_size=8",
+                        "--set", "unroll_length=8"],
+             "r2d2": ["--set", "min_replay_size=8", "--set", "replay_size=64",
+                      "--set", "num_eval_envs=1"]}[agent]
+    experiment = _preset_experiment(
+        agent, "--runners", "1", "--envs-per-runner", "4", "--steps", "1500",
+        "--logdir", str(tmp_path), "--checkpoint-every-s", "0", *small)
+    result = run_inprocess(experiment, stream=io.StringIO())
+    assert "budget" in result.stop_reason
+    assert result.learner_steps > 0 and result.episodes > 0
+
+
+def _learn_minatar(*args: str):
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "learn_minatar.py"
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True,
+                          text=True, timeout=600, cwd=script.parents[1])
+
+
+def test_learn_minatar_refuses_a_results_dir_of_other_settings_and_unknown_games(tmp_path):
+    import json
+
+    (tmp_path / "vtrace_breakout_seed0.json").write_text(json.dumps(
+        {"settings": {"agent": "vtrace", "frames": 123}, "result": {}}))
+    refused = _learn_minatar("--games", "breakout", "--seeds", "1", "--frames", "5000",
+                             "--results-dir", str(tmp_path))
+    assert refused.returncode != 0
+    assert "was made with settings" in refused.stderr and "runs" not in os.listdir(tmp_path)
+    unknown = _learn_minatar("--games", "breakout,pong", "--results-dir", str(tmp_path))
+    assert unknown.returncode == 2 and "space_invaders" in unknown.stderr
