@@ -6,7 +6,9 @@
                                        [--preset minatar] [--set key=value ...]
 
 Trains the agent on each `minatar:<game>` (the published protocol: sticky actions 0.1,
-difficulty ramping, the minimal action set) as local processes, the SEED data path of the
+difficulty ramping, no episode cap but Freeway's own 2500 frames; the minimal action set,
+where the MinAtar paper's curves used all six actions, as `minatar:<game>,full_actions=1`
+does) as local processes, the SEED data path of the
 README (runner processes over gRPC, central batched inference next to the learner, Reverb),
 for `--frames` frames each (MinAtar has no frame skip: a frame is an env step; the default
 is the largest budget among the agent's anchors). Per game it reports, for every seed:
@@ -14,7 +16,8 @@ is the largest budget among the agent's anchors). Per game it reports, for every
 - `final_return`: the mean return of the last 100 training episodes at the budget, the
   figure the anchors publish;
 - `eval_return`: the mean of `--eval-episodes` greedy episodes of the final checkpoint;
-- `return_at`: the 100-episode mean at each anchor's budget (read off the run's curve);
+- `return_at`: the 100-episode mean at each anchor's budget (read off the run's curve; a
+  run shorter than a budget gives its final figure, reached with fewer frames);
 - `frames_to_half`: the frames at which the 100-episode mean first reached half of each
   anchor's score (null: never);
 
@@ -54,9 +57,29 @@ LAST_EPISODES = 100  # the anchors' final figure: the mean of the last 100 episo
 
 # Published results at fixed frame budgets, per agent family: the first of each agent's
 # list is its primary anchor (the JSON's ratio). Sources in the README's MinAtar section.
+# The MinAtar paper's scores are read off its learning-curve figure (the mean of 30 seeds'
+# 100-episode moving averages; about +-1, +-5 on Space Invaders): the paper has no table.
+_MINATAR_PAPER = ("Young & Tian 2019, arXiv:1903.03176, github.com/kenjyoung/MinAtar "
+                  "img/learning_curves.gif (read off the curves at 5M frames)")
 ANCHORS: dict[str, list[dict[str, Any]]] = {
-    "vtrace": [],
-    "r2d2": [],
+    "vtrace": [
+        {"name": "minatar_ac_lambda", "algorithm": "AC(0.8), online actor-critic with traces",
+         "budget": 5_000_000, "source": _MINATAR_PAPER,
+         "scores": {"breakout": 17.5, "space_invaders": 185.0, "asterix": 19.0,
+                    "freeway": 47.0, "seaquest": 15.0}},
+        {"name": "gymnax_ppo", "algorithm": "PPO (gymnax-blines, 64 envs, MLP 2x256)",
+         "budget": 10_000_000,
+         "source": "github.com/RobertTLange/gymnax README (checkpoint returns 'R') and "
+                   "gymnax-blines agents/<game>/ppo.yaml (num_train_steps 1e7)",
+         "scores": {"breakout": 28.0, "space_invaders": 131.0, "asterix": 15.0,
+                    "freeway": 58.0}},
+    ],
+    "r2d2": [
+        {"name": "minatar_dqn", "algorithm": "DQN with replay (the paper's small network)",
+         "budget": 5_000_000, "source": _MINATAR_PAPER,
+         "scores": {"breakout": 10.0, "space_invaders": 43.0, "asterix": 17.0,
+                    "freeway": 50.0, "seaquest": 20.0}},
+    ],
 }
 
 
@@ -91,8 +114,14 @@ def score_curve(logdir: str) -> list[tuple[int, int, float]]:
     return curve
 
 
-def return_at(curve: list[tuple[int, int, float]], frames: int) -> float | None:
-    """The 100-episode mean at the last row at or before `frames` (None: no such row)."""
+def return_at(curve: list[tuple[int, int, float]], frames: int,
+              final: tuple[int, float]) -> float | None:
+    """The 100-episode mean at `frames`: the last row at or before it, or the run's final
+    figure (`final`: its frames and mean) when the run ended at or before `frames`, i.e.
+    had no more frames than an anchor with that budget. None: no row that early."""
+    final_frames, final_mean = final
+    if final_frames <= frames or (final_frames - frames) < 0.01 * frames:
+        return round(final_mean, 2)  # the budget's last log row can overshoot it a little
     before = [mean for f, _, mean in curve if f <= frames]
     return round(before[-1], 2) if before else None
 
@@ -223,17 +252,13 @@ def run_seed(args: argparse.Namespace, game: str, seed: int,
         print(f"{game} seed {seed}: stopped at {result.env_steps:,} of {args.frames:,} "
               f"frames ({result.stop_reason}); run again to resume", file=sys.stderr)
         return None
-    run = load_run(logdir)
+    run = load_run(logdir, builder=make_builder(args.agent, config))
     evaluation = evaluate(run, episodes=args.eval_episodes, seed=seed + 999_983,
                           max_steps=args.eval_max_steps)
-    curve = score_curve(logdir)
-    anchors = anchors_for(args.agent, game)
     out = {
         "seed": seed,
         "final_return": round(result.mean_return, 2),
         "eval_return": round(sum(evaluation.returns) / len(evaluation.returns), 2),
-        "return_at": {str(a["budget"]): return_at(curve, a["budget"]) for a in anchors},
-        "frames_to_half": {a["name"]: frames_to(curve, a["score"] / 2) for a in anchors},
         "env_steps": result.env_steps,
         "episodes": result.episodes,
         "learner_steps": result.learner_steps,
@@ -245,9 +270,21 @@ def run_seed(args: argparse.Namespace, game: str, seed: int,
     return out
 
 
+def with_anchor_figures(run: dict[str, Any], anchors: list[dict[str, Any]]) -> dict[str, Any]:
+    """A seed's stored figures plus those read off its curve against each anchor: read at
+    summary time, so that the anchors table can grow without training again."""
+    curve = score_curve(run["logdir"])
+    final = (run["env_steps"], run["final_return"])
+    return {**run,
+            "return_at": {str(a["budget"]): return_at(curve, a["budget"], final)
+                          for a in anchors},
+            "frames_to_half": {a["name"]: frames_to(curve, a["score"] / 2) for a in anchors}}
+
+
 def summarize_game(args: argparse.Namespace, game: str, runs: list[dict[str, Any]],
                    random: float) -> dict[str, Any]:
     anchors = anchors_for(args.agent, game)
+    runs = [with_anchor_figures(run, anchors) for run in runs]
     meets = {}
     for anchor in anchors:
         at_budget = [r["return_at"].get(str(anchor["budget"])) for r in runs]

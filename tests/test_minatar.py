@@ -210,3 +210,39 @@ def test_learn_minatar_refuses_a_results_dir_of_other_settings_and_unknown_games
     assert "was made with settings" in refused.stderr and "runs" not in os.listdir(tmp_path)
     unknown = _learn_minatar("--games", "breakout,pong", "--results-dir", str(tmp_path))
     assert unknown.returncode == 2 and "space_invaders" in unknown.stderr
+
+
+def _benchmark_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "learn_minatar.py"
+    spec = importlib.util.spec_from_file_location("learn_minatar", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_learn_minatar_anchors_cover_the_default_games_with_a_source_and_budget():
+    bench = _benchmark_module()
+    for agent in bench.AGENTS:
+        assert bench.ANCHORS[agent], agent
+        for anchor in bench.ANCHORS[agent]:
+            assert {"name", "algorithm", "budget", "source", "scores"} <= set(anchor)
+            assert set(anchor["scores"]) <= set(MINATAR_GAMES)
+        for game in bench.GAMES:  # the first anchor gives the ratio: it must know each game
+            assert game in bench.ANCHORS[agent][0]["scores"]
+            assert all(a["score"] > 0 for a in bench.anchors_for(agent, game))
+    assert bench.default_frames("r2d2") == 5_000_000
+    assert bench.default_frames("vtrace") == max(a["budget"] for a in bench.ANCHORS["vtrace"])
+
+
+def test_learn_minatar_reads_budgets_and_half_scores_off_a_curve():
+    bench = _benchmark_module()
+    curve = [(1_000, 50, 1.0), (2_000, 100, 4.0), (3_000, 150, 6.0), (4_000, 200, 5.0)]
+    final = (4_000, 5.0)
+    assert bench.return_at(curve, 2_500, final) == 4.0  # the last row at or before
+    assert bench.return_at(curve, 500, final) is None  # no row that early
+    assert bench.return_at(curve, 10_000, final) == 5.0  # a shorter run: its final figure
+    assert bench.frames_to(curve, 5.0) == 3_000 and bench.frames_to(curve, 7.0) is None
+    assert bench.frames_to(curve, 1.0) == 2_000  # a mean over fewer than 100 episodes: no

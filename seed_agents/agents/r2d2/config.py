@@ -53,7 +53,8 @@ class R2D2Config:
 
     Network:
       torso: a name in `seed_agents.agents.torsos.TORSOS`: "mlp", or "nature_cnn" or
-        "impala_resnet" (convolutions before the MLP layers, for 84x84 pixels).
+        "impala_resnet" (convolutions before the MLP layers, for 84x84 pixels), or
+        "minatar" (one 3x3x16 convolution, for MinAtar's 10x10xC planes).
       hidden_sizes: MLP torso layers.
       lstm_size: the LSTM core's units; its input also gets the previous action.
       head_hidden_size: hidden units of each dueling stream (value and advantage).
