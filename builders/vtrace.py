@@ -45,6 +45,8 @@ class VTraceBuilder(AgentBuilder):
             self.config.separate_value_torso,
             self.config.torso,
             self.config.precision,
+            self.config.observation_normalization,
+            self.config.observation_clip,
         )
 
     def make_policy(

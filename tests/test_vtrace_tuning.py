@@ -1,5 +1,5 @@
 """The V-trace learner's tuning options: value normalization (running / PopArt), a learning
-rate adapted to a KL target, and PPO-style minibatches.
+rate adapted to a KL target, PPO-style minibatches and observation normalization.
 
 Learners here train on real unrolls: 8 fake environments act through central inference
 into the real Reverb queue once per module, the batches sampled from it are kept, and each
@@ -19,6 +19,7 @@ import tensorflow as tf
 import tree
 
 from builders.vtrace import VTraceBuilder
+from seed_agents.agents.observation_normalization import ObservationNormalizer
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.agents.vtrace.learning import (
     VTraceLearner,
@@ -121,6 +122,8 @@ def test_defaults_leave_the_learner_as_it_was():
     ({"kl_adapt_factor": 1.0}, "kl_adapt_factor"),
     ({"num_minibatches": 3}, "divide batch_size"),
     ({"num_minibatches": 0}, "num_minibatches"),
+    ({"observation_normalization": True, "torso": "nature_cnn"}, "vector observations"),
+    ({"observation_clip": 0.0}, "observation_clip"),
 ])
 def test_config_validation_of_the_tuning_fields(options, message):
     with pytest.raises(ValueError, match=message):
@@ -415,3 +418,56 @@ def test_all_three_options_train_on_unrolls_served_by_central_inference():
             metrics = learner.step() or metrics
         assert metrics and all(np.isfinite(v) for v in metrics.values())
         assert {"kl", "value_normalization_mean", "value_normalization_std"} <= set(metrics)
+
+
+# ---------------------------------------------------------------------- observation normalization
+
+
+def test_observation_statistics_are_those_of_every_row_seen_whatever_the_batches():
+    rng = np.random.default_rng(0)
+    # Features of very different scales and offsets, as a vector task's are.
+    rows = rng.normal([1e3, -2.0, 0.0], [50.0, 0.01, 1.0], size=(70, 3))
+    normalizer = ObservationNormalizer([3], clip=100.0)
+    assert np.allclose(normalizer.normalize(rows[:2]).numpy(), np.clip(rows[:2], -100, 100),
+                       rtol=1e-6)  # before any update: mean 0, variance 1
+    normalizer.update(rows[:1])
+    normalizer.update(rows[1:40])
+    masked = np.concatenate([rows[40:], np.full((5, 3), 1e9)])  # masked rows count for nothing
+    normalizer.update(masked, mask=np.r_[np.ones(30), np.zeros(5)])
+    normalizer.update(np.zeros((0, 3)))  # an empty batch changes nothing
+    assert normalizer.count.numpy() == 70
+    np.testing.assert_allclose(normalizer.mean.numpy(), rows.mean(0), rtol=1e-10)
+    np.testing.assert_allclose(normalizer.variance.numpy(), rows.var(0), rtol=1e-9)
+    standardized = normalizer.normalize(rows).numpy()
+    np.testing.assert_allclose(standardized.mean(0), 0.0, atol=1e-5)
+    np.testing.assert_allclose(standardized.std(0), 1.0, rtol=1e-4)  # eps in the variance
+    far = normalizer.normalize(rows.mean(0, keepdims=True) + 1e6).numpy()
+    assert far.tolist() == [[100.0, 100.0, 100.0]]  # clipped
+
+
+def test_learner_folds_each_batchs_observations_into_the_networks_statistics(served):
+    spec, batches = served
+    config = _config(observation_normalization=True, observation_clip=5.0)
+    network = _network(spec, config)
+    assert _network(spec, _config()).observation_normalizer is None  # off by default
+    learner = _learner(network, batches, config)
+    assert np.isfinite(learner.step()["loss"])
+    learner.step()
+    seen = np.concatenate([b[unrolls.OBSERVATION][:, :-1].reshape(-1, *spec.observations.shape)
+                           for b in batches[:2]])
+    normalizer = network.observation_normalizer
+    assert normalizer.count.numpy() == len(seen) == 2 * BATCH_SIZE * UNROLL_LENGTH
+    np.testing.assert_allclose(normalizer.mean.numpy(), seen.mean(0), rtol=1e-6, atol=1e-9)
+
+    # The statistics are network variables: a policy's copy (get_variables) and a restored
+    # learner read observations exactly as the learner does.
+    copy = _network(spec, config)
+    for variable, value in zip(copy.variables, learner.get_variables()[0], strict=True):
+        variable.assign(value)
+    observation = tf.constant(seen[:3])
+    no_action, state = tf.zeros([3], tf.int32), network.initial_state(3)
+    np.testing.assert_array_equal(copy(observation, no_action, state)[0][0].numpy(),
+                                  network(observation, no_action, state)[0][0].numpy())
+    restored = _learner(_network(spec, config), batches, config)
+    restored.restore(learner.save())
+    assert restored._network.observation_normalizer.count.numpy() == len(seen)

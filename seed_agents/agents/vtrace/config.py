@@ -37,7 +37,9 @@ class VTraceConfig:
       torso: a name in `seed_agents.agents.torsos.TORSOS`: "mlp", "nature_cnn" (the Nature
         DQN convolutions before the MLP layers, for 84x84 pixel observations; use e.g.
         hidden_sizes=(512,)) or "impala_resnet" (IMPALA's deep residual torso, ~7x the
-        Nature CNN's compute per frame; the paper puts hidden_sizes=(256,) after it).
+        Nature CNN's compute per frame; the paper puts hidden_sizes=(256,) after it) or
+        "minatar" (the MinAtar paper's one 3x3 convolution of 16 channels, for 10x10xC
+        planes; hidden_sizes=(128,) after it as in the paper).
       lstm_size: adds an LSTM core of that size when set (recurrent agent).
       separate_value_torso: gives the value head an MLP torso of its own, so value errors,
         which scale with the returns, do not swamp the policy's features. Feed-forward
@@ -99,6 +101,12 @@ class VTraceConfig:
         the `sgd_steps_per_batch` epochs takes one gradient step per minibatch, as PPO
         does: a learner step then takes sgd_steps_per_batch * num_minibatches gradient
         steps, each on batch_size / num_minibatches unrolls. It must divide batch_size.
+      observation_normalization: the network standardizes vector observations by the
+        running mean and variance of every observation the learner has trained on
+        (rl_games' `normalize_input`, SB3's `VecNormalize`), updated after each learner
+        step; statistics are network variables, so the policy acts with them. For the
+        "mlp" torso only: pixels are already scaled to [0, 1].
+      observation_clip: standardized observations are clipped to [-clip, clip].
     """
 
     learning_rate: float = 1e-3
@@ -135,6 +143,8 @@ class VTraceConfig:
     max_learning_rate: float = 1e-2
     kl_adapt_factor: float = 1.5
     num_minibatches: int = 1
+    observation_normalization: bool = False
+    observation_clip: float = 5.0
 
     def __post_init__(self):
         if self.learning_rate <= 0:
@@ -194,6 +204,12 @@ class VTraceConfig:
                 f"learning_rate ({self.learning_rate}) must be within [min_learning_rate, "
                 f"max_learning_rate] ([{self.min_learning_rate}, {self.max_learning_rate}]) "
                 "when kl_target adapts it: that is where it starts.")
+        if self.observation_normalization and self.torso != "mlp":
+            raise ValueError(
+                f"observation_normalization is for vector observations (torso='mlp'), not "
+                f"torso={self.torso!r}: pixels are already scaled to [0, 1] where read.")
+        if self.observation_clip <= 0:
+            raise ValueError(f"observation_clip must be > 0, got {self.observation_clip}.")
         if self.kl_adapt_factor <= 1.0:
             raise ValueError(f"kl_adapt_factor must be > 1, got {self.kl_adapt_factor}.")
         if self.num_minibatches < 1 or self.batch_size % self.num_minibatches:

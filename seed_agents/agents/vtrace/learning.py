@@ -277,6 +277,14 @@ class VTraceLearner(core.Learner):
             epoch_metrics = [self._train_step(minibatch)
                              for minibatch in self._minibatches(data, epoch)]
         metrics = _merge_minibatch_metrics(epoch_metrics)
+        normalizer = self._network.observation_normalizer
+        if normalizer is not None:
+            # After the gradient steps: they train on the statistics the batch was acted
+            # with (up to policy lag); the new ones reach the policy with these weights.
+            # The unroll's last row is the next unroll's first: counted there.
+            observations = data[unrolls.OBSERVATION][:, :-1]
+            normalizer.update(tf.reshape(observations, tf.concat(
+                [[-1], tf.shape(observations)[2:]], 0)))
         if self._value_normalizer is not None:
             metrics["value_normalization_mean"] = self._value_normalizer.mean
             metrics["value_normalization_std"] = self._value_normalizer.std

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 from dm_env import specs
 
+from seed_agents.agents.observation_normalization import ObservationNormalizer
 from seed_agents.agents.torsos import embed, make_torso, recurrent_unroll, torso_dtype
 
 
@@ -27,6 +28,11 @@ class PolicyValueNetwork(tf.Module):
     trace their `tf.function`s on different threads, and neither may be the one to create
     variables.
 
+    With `observation_normalization` (vector observations), the network reads each
+    observation standardized by running statistics that are variables of its own (see
+    `ObservationNormalizer`): the learner updates them, and the policy, checkpoints and
+    exports get them with the weights.
+
     `version` counts the learner steps these variables have had. It travels with them
     (checkpoints, the copies local actors and evaluators make), and the policy stamps it
     on every action it takes, so that the learner can log its policy lag: how many
@@ -42,6 +48,8 @@ class PolicyValueNetwork(tf.Module):
         separate_value_torso: bool = False,
         torso: str = "mlp",
         precision: str = "float32",
+        observation_normalization: bool = False,
+        observation_clip: float = 5.0,
         name: str = "policy_value",
     ):
         super().__init__(name=name)
@@ -49,6 +57,9 @@ class PolicyValueNetwork(tf.Module):
         self.version = tf.Variable(0, dtype=tf.int64, trainable=False, name="version")
         self.lstm_size = lstm_size
         with self.name_scope:
+            self._observation_normalizer = (
+                ObservationNormalizer(observation_shape, observation_clip)
+                if observation_normalization else None)
             self._conv, self._torso = make_torso(torso, hidden_sizes, precision)
             dtype = torso_dtype(precision)
             # A value torso of its own keeps the value loss, whose scale grows with the
@@ -89,8 +100,14 @@ class PolicyValueNetwork(tf.Module):
         zeros = tf.zeros([batch_size, self.lstm_size], tf.float32)
         return (zeros, zeros)
 
+    @property
+    def observation_normalizer(self) -> ObservationNormalizer | None:
+        return self._observation_normalizer
+
     def _embed(self, observation: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Policy features and value features (the same tensor when the torso is shared)."""
+        if self._observation_normalizer is not None:
+            observation = self._observation_normalizer.normalize(observation)
         if not self._value_torso:
             x = embed(self._conv, observation, self._torso)
             return x, x
