@@ -289,8 +289,9 @@ def limit_remote_program(
     """`limit_program` over the control service at `control_address` (a distributed
     backend's driver)."""
     from launch.control import ControlClient
+    from launch.nodes import client_credentials
 
-    control = ControlClient(control_address)
+    control = ControlClient(control_address, **client_credentials(experiment))
     try:
         return limit_program(experiment, control, logdir, stream, failure, wait, restarts)
     finally:

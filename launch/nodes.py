@@ -50,7 +50,7 @@ def make_program(experiment: Experiment) -> Program:
                 f"runner-{i}", "runner", runner_node,
                 {"environment": experiment.environment, "num_envs": experiment.envs_per_runner,
                  "seed": experiment.runner_seed(i), "log_every_s": rates_every_s(experiment),
-                 **runner_credentials(experiment)},
+                 **client_credentials(experiment)},
                 needs=("inference",), restartable=True,
             ))
         else:
@@ -153,8 +153,21 @@ def inference_service(experiment: Experiment, inference: Any, spec: Any, address
     )
 
 
-def runner_credentials(experiment: Experiment) -> dict[str, Any]:
-    """What a runner needs to be let in: the run's token, and TLS to trust (no key)."""
+def control_service(experiment: Experiment, status: Callable[[], dict[str, Any]],
+                    variables: Callable[[], list[np.ndarray]], address: str) -> Any:
+    """The learner's gRPC `ControlService`, guarded by the run's token and TLS as its
+    inference service is: its `Variables` hand out the trained policy."""
+    from launch.control import ControlService
+
+    tls = experiment.tls
+    return ControlService(status, variables, address=address,
+                          auth_token=experiment.inference_token,
+                          server_credentials=tls.server_credentials() if tls else None)
+
+
+def client_credentials(experiment: Experiment) -> dict[str, Any]:
+    """What a client of the learner's services (a runner, the evaluator, the step limiter)
+    needs to be let in: the run's token, and TLS to trust (no key)."""
     tls = experiment.tls
     if tls is not None:
         tls = dataclasses.replace(tls, key=None)  # the private key stays with the learner
@@ -250,7 +263,6 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
         from seed_agents.utils.tf_threads import LEARNER_INTER_OP_THREADS, configure_tf_threads
 
         configure_tf_threads(inter_op=LEARNER_INTER_OP_THREADS)
-    from launch.control import ControlService
     from launch.limiter import program_figures, program_status, start_program_rates
     from seed_agents.datasets import RecordingAdder
     from seed_agents.inference.server import EpisodeStats, InferenceConfig
@@ -324,7 +336,8 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
                 context.publish("control", None,
                                 local=LocalControl(status, variables, learner, counter, stats))
             else:
-                control = ControlService(status, variables, address=f"{context.bind_host}:0")
+                control = control_service(experiment, status, variables,
+                                          f"{context.bind_host}:0")
                 context.publish("control", control.start())
             run_learner(learner, context.stop_event, checkpointer)
     finally:
@@ -417,7 +430,7 @@ def evaluator_node(context: NodeContext, experiment: Experiment) -> None:
     from seed_agents.utils.loggers import CSVLogger, NoOpLogger
 
     spec, networks, policy = _agent(experiment, evaluation=True)
-    control = context.handles["control"].dereference()
+    control = context.handles["control"].dereference(**client_credentials(experiment))
     variables = getattr(networks, "variables", None)
     if variables is None:
         # The evaluator observes; an agent it cannot follow still trains.

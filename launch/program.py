@@ -57,12 +57,15 @@ class ControlHandle:
     address: str | None
     local: Any = dataclasses.field(default=None, compare=False, repr=False)
 
-    def dereference(self) -> Any:
+    def dereference(self, **credentials: Any) -> Any:
+        """The local control, or a `ControlClient` with `credentials` (`auth_token`,
+        `tls`: see `launch.nodes.client_credentials`): a handle is an address and
+        carries no secret."""
         if self.local is not None:
             return self.local
         from launch.control import ControlClient
 
-        return ControlClient(self.address)
+        return ControlClient(self.address, **credentials)
 
 
 HANDLES = {"replay": ReplayHandle, "inference": InferenceHandle, "control": ControlHandle}

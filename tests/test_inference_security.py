@@ -177,3 +177,86 @@ def test_runner_process_cli_reads_its_token_from_a_file(tmp_path):
     finally:
         service.stop(grace_s=0.2)
         setup.close()
+
+
+# -- the learner's control service ----------------------------------------------------------
+
+
+class _Watched:
+    """The control service's two callbacks, counting how often each was asked."""
+
+    def __init__(self):
+        self.calls = {"status": 0, "variables": 0}
+
+    def status(self) -> dict:
+        self.calls["status"] += 1
+        return {"learner_steps": 7}
+
+    def variables(self) -> list:
+        import numpy as np
+
+        self.calls["variables"] += 1
+        return [np.arange(6, dtype=np.float32).reshape(2, 3)]
+
+
+def _raw_call(channel: grpc.Channel, method: str, metadata=None) -> tuple[bytes | None, object]:
+    """A call as any gRPC client could make it, without our client: (answer, code)."""
+    call = channel.unary_unary(f"/seed_agents.Control/{method}")
+    try:
+        return call(b"", timeout=30, metadata=metadata), grpc.StatusCode.OK
+    except grpc.RpcError as error:
+        return None, error.code()
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_control_service_answers_the_runs_token_only(tls, request):
+    from launch.control import ControlClient, ControlService
+
+    certificate = request.getfixturevalue("certificate") if tls else None
+    watched = _Watched()
+    service = ControlService(watched.status, watched.variables, auth_token="t0ken",
+                             server_credentials=certificate.server_credentials() if tls
+                             else None)
+    client_tls = TLSConfig(ca=certificate.cert) if tls else None
+    try:
+        address = service.start()
+        client = ControlClient(address, auth_token="t0ken", tls=client_tls)
+        assert client.status() == {"learner_steps": 7}
+        assert client.variables()[0].tolist() == [[0, 1, 2], [3, 4, 5]]
+        client.close()
+        assert watched.calls == {"status": 1, "variables": 1}
+        channel = (grpc.secure_channel(address, client_tls.channel_credentials(),
+                                       options=client_tls.channel_options())
+                   if tls else grpc.insecure_channel(address))
+        with channel:
+            for metadata in (None, auth("wrong"), (("authorization", "t0ken"),)):
+                for method in ("Status", "Variables"):
+                    answer, code = _raw_call(channel, method, metadata)
+                    assert (answer, code) == (None, grpc.StatusCode.UNAUTHENTICATED)
+        # Refused before either was asked: not one byte of the model or the run's state.
+        assert watched.calls == {"status": 1, "variables": 1}
+        if tls:  # plain TCP, even with the token, gets no further than the handshake
+            with grpc.insecure_channel(address) as plain:
+                assert _raw_call(plain, "Variables", auth("t0ken"))[1] == \
+                    grpc.StatusCode.UNAVAILABLE
+    finally:
+        service.stop()
+
+
+def test_the_learners_control_service_takes_the_runs_token():
+    from launch.control import ControlClient
+    from launch.nodes import client_credentials, control_service
+
+    experiment = Experiment(VTraceBuilder(), ENV)
+    credentials = client_credentials(experiment)
+    assert credentials == {"auth_token": experiment.inference_token, "tls": None}
+    watched = _Watched()
+    service = control_service(experiment, watched.status, watched.variables, "127.0.0.1:0")
+    try:
+        address = service.start()
+        assert ControlClient(address, **credentials).status() == {"learner_steps": 7}
+        with pytest.raises(grpc.RpcError) as refused:
+            ControlClient(address).status()
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        service.stop()

@@ -113,7 +113,8 @@ def test_local_ray_runs_the_program_and_cleans_up(tmp_path):
     assert (logdir / "train.csv").exists() and (logdir / "learner.csv").exists()
 
 
-def _kill_runner_when_learning(run_name: str, logdir: Path, killed: dict) -> None:
+def _kill_runner_when_learning(run_name: str, logdir: Path, killed: dict,
+                               token: str) -> None:
     """From a thread: once the learner has learned, kill runner-0 (Ray may restart it).
 
     Waits for nodes.json too: the driver writes it once every node has started, so the
@@ -130,7 +131,7 @@ def _kill_runner_when_learning(run_name: str, logdir: Path, killed: dict) -> Non
                 learner = ray.get_actor(f"{run_name}-learner", namespace=NAMESPACE)
                 address = ray.get(learner.published.remote(), timeout=60).get("control")
                 if address and control is None:
-                    control = ControlClient(address)
+                    control = ControlClient(address, auth_token=token)
             if control is not None:
                 status = control.status()
                 if status["learner_steps"] > 0:
@@ -154,11 +155,13 @@ def test_a_killed_runner_is_restarted_and_counted(tmp_path):
     try:
         logdir = tmp_path / "run"
         killed: dict = {}
-        killer = threading.Thread(target=_kill_runner_when_learning, args=("run", logdir, killed))
+        experiment = _experiment(logdir, 10_000, evaluate_every_s=None)
+        killer = threading.Thread(target=_kill_runner_when_learning,
+                                  args=("run", logdir, killed, experiment.inference_token))
         killer.start()
         try:
             # No evaluator: the driver must still wait for the learner's control service.
-            result = run_ray(_experiment(logdir, 10_000, evaluate_every_s=None))
+            result = run_ray(experiment)
         finally:
             killer.join(30)
         assert "error" not in killed, killed.get("error")
