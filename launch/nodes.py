@@ -153,6 +153,9 @@ def inference_service(experiment: Experiment, inference: Any, spec: Any, address
     )
 
 
+_RETRIED_CONTROL_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
 def control_service(experiment: Experiment, status: Callable[[], dict[str, Any]],
                     variables: Callable[[], list[np.ndarray]], address: str) -> Any:
     """The learner's gRPC `ControlService`, guarded by the run's token and TLS as its
@@ -424,6 +427,8 @@ def evaluator_node(context: NodeContext, experiment: Experiment) -> None:
         from seed_agents.utils.tf_threads import configure_tf_threads
 
         configure_tf_threads(1, 1)
+    import grpc
+
     from seed_agents.actors import PolicyActor
     from seed_agents.environment_loop import EnvironmentLoop
     from seed_agents.envs import environment_factory
@@ -447,8 +452,18 @@ def evaluator_node(context: NodeContext, experiment: Experiment) -> None:
               if context.logdir else NoOpLogger())
     try:
         while not context.stop_event.is_set():
-            status = control.status()
-            for variable, value in zip(variables, control.variables(), strict=True):
+            try:
+                status, values = control.status(), control.variables()
+            except grpc.RpcError as error:
+                # A learner too busy to answer in time (or restarting) is no reason for
+                # the evaluator, a vital node, to end the run; a refusal is.
+                if error.code().name not in _RETRIED_CONTROL_CODES:
+                    raise
+                print(f"evaluator: the learner's control did not answer "
+                      f"({error.code().name}); asking again", file=context.out, flush=True)
+                context.stop_event.wait(1.0)
+                continue
+            for variable, value in zip(variables, values, strict=True):
                 variable.assign(value)
             result = loop.run_episode()
             if context.stop_event.is_set():

@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from seed_agents.utils.startup import START_TIMEOUT_S
+
 
 @dataclasses.dataclass(frozen=True)
 class ReplayHandle:
@@ -70,13 +72,11 @@ class ControlHandle:
 
 HANDLES = {"replay": ReplayHandle, "inference": InferenceHandle, "control": ControlHandle}
 
-NODE_START_TIMEOUT_S = 600.0
+NODE_START_TIMEOUT_S = START_TIMEOUT_S
 """How long a backend waits for a node to start (publish its address, answer once).
 
 A node that dies while starting is reported at once, so this bounds only a node that
-hangs or that a cluster cannot place. It is generous because starting is work whose
-length depends on the machine: a learner imports TensorFlow and builds its networks, and
-on a 2-core machine with both cores busy that took over 180 s (the former limit)."""
+hangs or that a cluster cannot place (see `seed_agents.utils.startup`)."""
 
 
 @dataclasses.dataclass

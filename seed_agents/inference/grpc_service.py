@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import hmac
 import logging
 import math
@@ -66,11 +67,11 @@ from seed_agents.inference.rejections import RejectionLog
 from seed_agents.inference.server import InferenceServer
 from seed_agents.inference.step_types import StepTypeTracker
 from seed_agents.specs import EnvironmentSpec
+from seed_agents.utils.startup import START_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
 
 _STOP_CLEANUP_S = 5.0  # How long `stop` waits, after the grace, for streams' cleanup.
-_START_TIMEOUT_S = 30.0
 _Status = tuple[grpc.StatusCode, str]
 
 
@@ -254,10 +255,16 @@ class InferenceService:
         self._thread.start()
         try:
             self._address = asyncio.run_coroutine_threadsafe(self._start(), loop).result(
-                _START_TIMEOUT_S)
+                START_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            loop.call_soon_threadsafe(loop.stop)
+            self._thread.join(START_TIMEOUT_S)
+            self._thread = None
+            raise TimeoutError(f"The inference service's gRPC server did not start "
+                               f"within {START_TIMEOUT_S:.0f} s.") from None
         except BaseException:
             loop.call_soon_threadsafe(loop.stop)
-            self._thread.join(_START_TIMEOUT_S)
+            self._thread.join(START_TIMEOUT_S)
             self._thread = None
             raise
         self._loop = loop
