@@ -167,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true",
                        help="continue the run in --logdir from its checkpoints; without "
                             "it a logdir that holds checkpoints is refused")
+    train.add_argument("--max-node-restarts", type=int, default=0,
+                       help="restart a dead learner from its newest checkpoint up to N "
+                            "times in the run (local_mp) instead of ending it (default: 0)")
     train.add_argument("--preset", default=None,
                        help="named agent settings applied before any --set: "
                             "vtrace: atari_cpu (Atari on a few CPU cores, as "
@@ -229,6 +232,7 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         learner_resource=args.learner_resource,
         checkpoint_every_s=args.checkpoint_every_s or None,
         resume=args.resume,
+        max_node_restarts=args.max_node_restarts,
         **security,
     )
 

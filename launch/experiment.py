@@ -58,6 +58,12 @@ class Experiment:
         are appended to. Without it, a logdir that holds checkpoints is refused (see
         `check_checkpoints`), so an earlier run is never overwritten; with it, a run of
         another agent or environment than the logdir's `run.json` records is refused.
+      max_node_restarts: how many times in a run a vital node that dies is started
+        again instead of ending the run (0: it ends the run, with the node's error).
+        The learner (`local_mp`) comes back from its newest checkpoint on the same
+        addresses, so runners and the evaluator reconnect by themselves; what it loses
+        (learner steps since the checkpoint, the runners' episodes in progress) is
+        printed. Needs checkpoints (`checkpoint_every_s`). Runners restart without it.
       inference_token: the shared secret of the run's gRPC inference service: every
         backend gives it to the service and to the runners, and the service refuses
         streams without it. A fresh random token per `Experiment` unless given (e.g.
@@ -103,6 +109,7 @@ class Experiment:
     learner_gpus: float = 0.0
     checkpoint_every_s: float | None = 600.0
     resume: bool = False
+    max_node_restarts: int = 0
     inference_token: str | None = dataclasses.field(default_factory=make_token, repr=False,
                                                     compare=False)
     tls: TLSConfig | None = None
@@ -136,6 +143,11 @@ class Experiment:
         if self.checkpoint_every_s is not None and self.checkpoint_every_s < 0:
             raise ValueError("checkpoint_every_s must be > 0 (or None or 0: no checkpoints), "
                              f"got {self.checkpoint_every_s}.")
+        if self.max_node_restarts < 0:
+            raise ValueError(f"max_node_restarts must be >= 0, got {self.max_node_restarts}.")
+        if self.max_node_restarts and not self.checkpoint_every_s:
+            raise ValueError("max_node_restarts restores the learner from its checkpoints: "
+                             "set checkpoint_every_s (--checkpoint-every-s) too.")
         if self.resume and not self.logdir:
             raise ValueError("resume=True continues the run in logdir: pass its logdir.")
         if not 0 <= self.replay_port < 65536:

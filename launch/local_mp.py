@@ -6,10 +6,14 @@ deadlock), its output goes to `<logdir>/logs/<node>.log` and, prefixed with the 
 name, to the console. Servers bind 127.0.0.1.
 
 Failures: a runner that dies is restarted with exponential backoff (1 s doubling, at most
-30 s) and counted; the replay, learner or evaluator dying stops the program with an error
-naming the node and its log. Stopping (budget reached, Ctrl-C, an error) sends SIGTERM to
-runners first and the replay last, waits up to 10 s in all, then kills what is left. The
-replay keeps its last 2 s whatever the learner does: a learner blocked in a Reverb call
+30 s) and counted. A learner that dies is restarted the same way up to
+`experiment.max_node_restarts` times in the run, from its newest checkpoint and on the
+addresses it had (runners and the evaluator reconnect by themselves), and what the restart
+loses is printed; past that, and for the replay or evaluator, a death stops the program
+with an error naming the node and its log. Stopping (budget reached, Ctrl-C, an error)
+sends SIGTERM to runners first and the replay last, waits up to 10 s in all, then kills
+what is left. The replay keeps its last 2 s whatever the learner does: a learner blocked
+in a Reverb call
 (one that only returns once the replay is gone, so that it never sees its SIGTERM) still
 leaves the replay time to stop, which also frees the learner.
 """
@@ -121,10 +125,15 @@ class _Console:
 
 
 class _Supervisor:
-    """Starts the program's processes, restarts crashed runners, stops everything."""
+    """Starts the program's processes, restarts crashed runners (and, up to
+    `max_node_restarts` times, the learner), stops everything."""
 
-    def __init__(self, program: Program, run_dir: Path, bind_host: str = "127.0.0.1"):
+    def __init__(self, program: Program, run_dir: Path, bind_host: str = "127.0.0.1",
+                 max_node_restarts: int = 0, stream: TextIO | None = None):
         self._program = program
+        self._max_node_restarts = max_node_restarts
+        self._vital_restarts = 0
+        self._stream = stream or sys.stdout
         self._run_dir = run_dir
         self._logs = run_dir / "logs"
         self._logs.mkdir(parents=True, exist_ok=True)
@@ -184,7 +193,8 @@ class _Supervisor:
             process = self.processes[node.name]
             if process.exitcode is None:
                 continue
-            if not node.restartable:
+            vital = not node.restartable
+            if vital and not self._may_restart(node):
                 return (f"{node.name} died (exit code {process.exitcode}); "
                         f"see {self._logs / (node.name + '.log')}")
             if node.name not in self._restart_at:
@@ -193,9 +203,44 @@ class _Supervisor:
             elif now >= self._restart_at[node.name]:
                 del self._restart_at[node.name]
                 self.restarts[node.name] = self.restarts.get(node.name, 0) + 1
+                if vital:
+                    self._vital_restarts += 1
+                    node = self._restarted_learner(node, process.exitcode)
                 self._start(node)
                 self._write_pids()
         return None
+
+    def _may_restart(self, node: Node) -> bool:
+        """Whether the vital `node` that died comes back: the learner, within the run's
+        `max_node_restarts` (the replay and the evaluator do not, yet)."""
+        return node.group == "learner" and self._vital_restarts < self._max_node_restarts
+
+    def _restarted_learner(self, node: Node, exitcode: int | None) -> Node:
+        """The learner node again, resuming from the newest checkpoint (if any) on the
+        addresses it published; prints what the restart loses."""
+        import dataclasses
+
+        from seed_agents.utils.checkpointing import latest_checkpoint_info, learner_directory
+
+        experiment = node.kwargs["experiment"]
+        info = latest_checkpoint_info(learner_directory(experiment.logdir))
+        last = _last_logged(self._run_dir / "learner.csv", "learner_steps")
+        if info is None:
+            restored = "no checkpoint yet: it starts from scratch"
+        else:
+            lost = ("" if last is None
+                    else f"; {max(last - (info.step or 0), 0):,} logged steps lost")
+            restored = f"from its checkpoint at learner step {info.step:,}{lost}"
+        print(f"[local_mp] learner died (exit code {exitcode}); restart "
+              f"{self._vital_restarts} of {self._max_node_restarts}, {restored}. Runners "
+              "reconnect to it and start their episodes anew (those in progress are "
+              f"lost); see {self._logs / 'learner.log'}", file=self._stream, flush=True)
+        kwargs = {**node.kwargs,
+                  "experiment": dataclasses.replace(experiment, resume=info is not None),
+                  "restart": self._vital_restarts,
+                  "addresses": {k: self.addresses[k] for k in node.publishes
+                                if k in self.addresses}}
+        return dataclasses.replace(node, kwargs=kwargs)
 
     def _write_pids(self) -> None:
         pids = {name: p.pid for name, p in self.processes.items()}
@@ -229,6 +274,19 @@ class _Supervisor:
         _join_all(left, time.monotonic() + _KILL_TIMEOUT_S)
 
 
+def _last_logged(path: Path, column: str) -> int | None:
+    """`column` of the last row of the CSV log at `path` (None: no such row)."""
+    try:
+        with open(path, "rb") as f:
+            header = f.readline().decode().strip().split(",")
+            f.seek(0, os.SEEK_END)
+            f.seek(max(f.tell() - 65536, 0))
+            rows = f.read().decode(errors="replace").strip().splitlines()
+        return int(float(dict(zip(header, rows[-1].split(","), strict=True))[column]))
+    except (OSError, IndexError, KeyError, ValueError):
+        return None
+
+
 def _join_all(processes: list[multiprocessing.process.BaseProcess], deadline: float) -> None:
     """Joins `processes` until they have all exited or `deadline` (time.monotonic) passed."""
     for process in processes:
@@ -254,7 +312,8 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_record(experiment)
     program = make_program(experiment)
-    supervisor = _Supervisor(program, run_dir)
+    supervisor = _Supervisor(program, run_dir, max_node_restarts=experiment.max_node_restarts,
+                             stream=stream)
     console = _Console(run_dir / "logs", stream)
     stop = threading.Event()
     handles_signals = threading.current_thread() is threading.main_thread()

@@ -255,13 +255,19 @@ def replay_node(context: NodeContext, experiment: Experiment) -> None:
             server.stop()
 
 
-def learner_node(context: NodeContext, experiment: Experiment) -> None:
+def learner_node(context: NodeContext, experiment: Experiment, restart: int = 0,
+                 addresses: dict[str, str] | None = None) -> None:
     """The learner, with the central inference server on its own variables (SEED).
 
     Elsewhere it serves inference and control over gRPC; in process it publishes the
     inference server itself (runner threads call it; gRPC only for runner processes,
     `transport="grpc"`) and a `LocalControl`.
+
+    A restarted learner (`restart` > 0, see `Experiment.max_node_restarts`) binds the
+    `addresses` its predecessor published, so that runners and the evaluator reconnect
+    to it by themselves, and appends to its predecessor's logs.
     """
+    addresses = addresses or {}
     if not context.in_process:
         from seed_agents.utils.tf_threads import LEARNER_INTER_OP_THREADS, configure_tf_threads
 
@@ -283,7 +289,7 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
     # Read before the learner's dataset samples and before runners (who need the
     # inference service published below) insert: the count is what the replay restored.
     items = replay_items(client) if experiment.resume else 0
-    learner_logger = make_learner_logger(context.logdir, experiment.resume)
+    learner_logger = make_learner_logger(context.logdir, experiment.resume or restart > 0)
     learner = builder.make_learner(networks, replay.address, counter, learner_logger)
     inference = service = recorder = None
     state: dict[str, Any] = {"episodes": stats, "clock": clock}
@@ -304,7 +310,7 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
         if not (context.in_process and experiment.transport == "direct"):
             # In process: runner processes of this machine, at the experiment's address.
             address = (experiment.inference_address if context.in_process
-                       else f"{context.bind_host}:0")
+                       else addresses.get("inference", f"{context.bind_host}:0"))
             service = inference_service(experiment, inference, spec, address)
     # Restored before anything acts: the episode window and the clock continue.
     checkpointer = learner_checkpointer(experiment, learner, counter, items, context.out,
@@ -339,8 +345,8 @@ def learner_node(context: NodeContext, experiment: Experiment) -> None:
                 context.publish("control", None,
                                 local=LocalControl(status, variables, learner, counter, stats))
             else:
-                control = control_service(experiment, status, variables,
-                                          f"{context.bind_host}:0")
+                control = control_service(experiment, status, variables, addresses.get(
+                    "control", f"{context.bind_host}:0"))
                 context.publish("control", control.start())
             run_learner(learner, context.stop_event, checkpointer)
     finally:

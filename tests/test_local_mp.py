@@ -216,3 +216,79 @@ def test_a_learner_deaf_to_sigterm_leaves_the_replay_time_to_stop(tmp_path):
 def test_local_mp_uses_the_same_experiment_validation(field):
     with pytest.raises(ValueError, match=field):
         Experiment(VTraceBuilder(SMALL), "gym:CartPole-v1", **{field: 0})
+
+
+# -- a learner that dies comes back from its checkpoint (max_node_restarts) ----------------
+
+
+def _has_checkpoint(logdir: Path) -> bool:
+    return (logdir / "checkpoints" / "learner" / "checkpoint").exists()
+
+
+def test_a_killed_learner_continues_from_its_checkpoint_to_the_budget(tmp_path):
+    stream = io.StringIO()
+    outcome: dict = {}
+    experiment = _experiment(tmp_path, 30_000, checkpoint_every_s=1.0, max_node_restarts=1)
+
+    def target():
+        try:
+            outcome["result"] = run_local_mp(experiment, stream=stream)
+        except BaseException as error:  # noqa: BLE001 - checked by the test
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    try:
+        _wait_for_progress(tmp_path, 2_000)
+        deadline = time.monotonic() + 600
+        while not _has_checkpoint(tmp_path):
+            assert time.monotonic() < deadline, "no checkpoint"
+            time.sleep(0.2)
+        first = _pids(tmp_path)["learner"]
+        os.kill(first, signal.SIGKILL)
+    finally:
+        thread.join(600)
+    assert "error" not in outcome, outcome.get("error")
+    result = outcome["result"]
+    assert result.env_steps >= 30_000 and "budget" in result.stop_reason
+    assert result.restarts >= 1
+    said = stream.getvalue()
+    assert "learner died (exit code -9); restart 1 of 1, from its checkpoint at learner " \
+        "step" in said
+    assert _pids(tmp_path)["learner"] != first
+    # The new learner restored the checkpoint, served the runners on the same address
+    # and the evaluator went on (it would have ended the run otherwise).
+    assert "resumed from" in (tmp_path / "logs" / "learner.log").read_text()
+    assert not any(_alive(pid) for pid in _pids(tmp_path).values())
+
+
+def _dies_at_once(context, **kwargs) -> None:
+    sys.exit(3)
+
+
+def test_a_learner_that_keeps_dying_stops_the_run_after_its_restarts(tmp_path):
+    experiment = _experiment(tmp_path, 1_000, checkpoint_every_s=1.0, max_node_restarts=2)
+    program = Program([Node("learner", "learner", _dies_at_once, {"experiment": experiment})])
+    stream = io.StringIO()
+    supervisor = _Supervisor(program, tmp_path, max_node_restarts=2, stream=stream)
+    try:
+        supervisor.start_all()
+        deadline = time.monotonic() + 600
+        stopped = None
+        while stopped is None:
+            assert time.monotonic() < deadline, "the supervisor never gave up"
+            stopped = supervisor.check()
+            time.sleep(0.05)
+    finally:
+        supervisor.stop_all()
+    assert supervisor.restarts == {"learner": 2}
+    assert "learner died (exit code" in stopped and "learner.log" in stopped
+    assert stream.getvalue().count("no checkpoint yet: it starts from scratch") == 2
+
+
+def test_max_node_restarts_needs_checkpoints():
+    with pytest.raises(ValueError, match="max_node_restarts must be >= 0"):
+        Experiment(VTraceBuilder(SMALL), "gym:CartPole-v1", max_node_restarts=-1)
+    with pytest.raises(ValueError, match="set checkpoint_every_s"):
+        Experiment(VTraceBuilder(SMALL), "gym:CartPole-v1", max_node_restarts=1,
+                   checkpoint_every_s=None)
