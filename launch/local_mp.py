@@ -13,9 +13,8 @@ loses is printed; past that, and for the replay or evaluator, a death stops the 
 with an error naming the node and its log. Stopping (budget reached, Ctrl-C, an error)
 sends SIGTERM to runners first and the replay last, waits up to 10 s in all, then kills
 what is left. The replay keeps its last 2 s whatever the learner does: a learner blocked
-in a Reverb call
-(one that only returns once the replay is gone, so that it never sees its SIGTERM) still
-leaves the replay time to stop, which also frees the learner.
+in a Reverb call (one that only returns once the replay is gone, so that it never sees
+its SIGTERM) still leaves the replay time to stop, which also frees the learner.
 """
 
 from __future__ import annotations
