@@ -1,0 +1,196 @@
+"""An hour without drift: a local_mp V-trace run watched for leaks and slowdowns.
+
+    python benchmarks/soak.py [--minutes 60] [--sample-s 30] [--kill-every-s 300]
+
+Runs V-trace on `--environment` (default CartPole, cheap to step) as local processes for
+`--minutes`, SIGKILLs a runner every `--kill-every-s` (alternating between them; the
+supervisor restarts it, as a preempted runner would come back), and every `--sample-s`
+reads from /proc the resident memory, open file descriptors and threads of the learner
+process (learner and central inference server) and of the replay process (the Reverb
+server), and the env and learner steps from the run's train.csv.
+
+The last line is one JSON object with the slope per hour of each reading, fitted by
+least squares over the samples after `--warmup-s` (`learner_rss_mib_per_h`,
+`server_rss_mib_per_h` for the Reverb server's process, `learner_threads_per_h`,
+`learner_fds_per_h`, ...), and `ratio`: env steps/s over the last third of the run
+after warm-up (`value`) against the first third (`baseline`). Measures, never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import signal
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+WATCHED = {"learner": "learner", "server": "replay"}  # the JSON's name -> the node's
+
+
+def proc_readings(pid: int) -> dict[str, float] | None:
+    """RSS (MiB), threads and open file descriptors of `pid`; None once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return {"rss_mib": int(fields["VmRSS"].split()[0]) / 1024,
+            "threads": int(fields["Threads"]), "fds": fds}
+
+
+def train_counts(logdir: Path) -> tuple[int, int] | None:
+    """(env steps, learner steps) of train.csv's last row."""
+    try:
+        rows = list(csv.DictReader(io.StringIO((logdir / "train.csv").read_text())))
+    except OSError:
+        return None
+    if not rows:
+        return None
+    return int(float(rows[-1]["env_steps"])), int(float(rows[-1]["learner_steps"]))
+
+
+def slope_per_hour(times: list[float], values: list[float]) -> float | None:
+    """The least-squares slope of `values` over `times` (seconds), per hour."""
+    if len(times) < 3:
+        return None
+    mean_t, mean_v = statistics.fmean(times), statistics.fmean(values)
+    spread = sum((t - mean_t) ** 2 for t in times)
+    if spread == 0:
+        return None
+    return 3600 * sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values, strict=True)) \
+        / spread
+
+
+def rate(samples: list[dict[str, Any]], key: str) -> float | None:
+    """`key` per second between the first and the last of `samples`."""
+    if len(samples) < 2 or samples[-1]["t"] == samples[0]["t"]:
+        return None
+    return (samples[-1][key] - samples[0][key]) / (samples[-1]["t"] - samples[0]["t"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=60.0)
+    parser.add_argument("--sample-s", type=float, default=30.0)
+    parser.add_argument("--warmup-s", type=float, default=None,
+                        help="samples before this are left out (default: a tenth of the "
+                             "run, at least two samples)")
+    parser.add_argument("--kill-every-s", type=float, default=300.0,
+                        help="SIGKILL a runner this often (0: never)")
+    parser.add_argument("--environment", default="gym:CartPole-v1")
+    parser.add_argument("--runners", type=int, default=2)
+    parser.add_argument("--envs-per-runner", type=int, default=8)
+    parser.add_argument("--logdir", default=None,
+                        help="the run's directory (default: a fresh runs/soak-<time>)")
+    args = parser.parse_args()
+    if args.minutes <= 0 or args.sample_s <= 0:
+        parser.error("--minutes and --sample-s must be > 0")
+    warmup_s = (args.warmup_s if args.warmup_s is not None
+                else max(args.minutes * 6, 2 * args.sample_s))
+
+    from builders.vtrace import VTraceBuilder
+    from launch.experiment import Experiment
+    from launch.local_mp import run_local_mp
+    from seed_agents.agents.vtrace.config import VTraceConfig
+    from seed_agents.utils.reference import machine_report
+
+    logdir = Path(args.logdir or time.strftime("runs/soak-%Y%m%d-%H%M%S"))
+    experiment = Experiment(
+        builder=VTraceBuilder(VTraceConfig(unroll_length=20, batch_size=16, queue_size=64)),
+        environment=args.environment, num_runners=args.runners,
+        envs_per_runner=args.envs_per_runner, max_env_steps=10**12,
+        max_wall_s=args.minutes * 60, logdir=str(logdir), log_every_s=30.0,
+        evaluate_every_s=30.0, checkpoint_every_s=300.0)
+    outcome: dict[str, Any] = {}
+
+    def train() -> None:
+        try:
+            outcome["result"] = run_local_mp(experiment, stream=sys.stderr)
+        except BaseException as error:  # noqa: BLE001 - reported in the JSON
+            outcome["error"] = f"{type(error).__name__}: {error}"
+
+    thread = threading.Thread(target=train, name="soak-run")
+    start = time.monotonic()
+    thread.start()
+    samples: list[dict[str, Any]] = []
+    kills = 0
+    next_kill = start + args.kill_every_s if args.kill_every_s else float("inf")
+    while thread.is_alive():
+        thread.join(args.sample_s)
+        now = time.monotonic()
+        try:
+            pids = json.loads((logdir / "nodes.json").read_text())
+        except (OSError, ValueError):
+            continue
+        counts = train_counts(logdir)
+        readings = {name: proc_readings(pids[node]) for name, node in WATCHED.items()
+                    if node in pids}
+        if counts is None or None in readings.values() or len(readings) < len(WATCHED):
+            continue
+        sample = {"t": now - start, "env_steps": counts[0], "learner_steps": counts[1]}
+        for name, reading in readings.items():
+            sample.update({f"{name}_{k}": v for k, v in reading.items()})
+        samples.append(sample)
+        print(json.dumps({k: round(v, 1) for k, v in sample.items()}), file=sys.stderr,
+              flush=True)
+        if now >= next_kill and thread.is_alive():
+            runner = f"runner-{kills % args.runners}"
+            if runner in pids:
+                try:
+                    os.kill(pids[runner], signal.SIGKILL)
+                    kills += 1
+                except ProcessLookupError:
+                    pass
+            next_kill = now + args.kill_every_s
+
+    steady = [s for s in samples if s["t"] >= warmup_s]
+    third = max(len(steady) // 3, 2)
+    first, last = steady[:third], steady[-third:]
+    figures: dict[str, Any] = {}
+    for name in WATCHED:
+        for reading in ("rss_mib", "threads", "fds"):
+            key = f"{name}_{reading}"
+            slope = slope_per_hour([s["t"] for s in steady], [s[key] for s in steady])
+            figures[f"{key}_per_h"] = None if slope is None else round(slope, 2)
+            if steady:
+                figures[f"{key}_first_last"] = [round(steady[0][key], 1),
+                                                round(steady[-1][key], 1)]
+    before, after = rate(first, "env_steps"), rate(last, "env_steps")
+    result = outcome.get("result")
+    print(json.dumps({
+        "bench": "soak",
+        "value": None if after is None else round(after),
+        "unit": "env_steps/s (last third)",
+        "baseline": None if before is None else round(before),
+        "baseline_kind": "env_steps/s in the first third after warm-up",
+        "ratio": round(after / before, 3) if before and after is not None else None,
+        "learner_steps_per_s_first_last": [
+            None if r is None else round(r, 2)
+            for r in (rate(first, "learner_steps"), rate(last, "learner_steps"))],
+        **figures,
+        "minutes": args.minutes,
+        "samples": len(samples),
+        "steady_samples": len(steady),
+        "warmup_s": warmup_s,
+        "runner_kills": kills,
+        "restarts": None if result is None else result.restarts,
+        "env_steps": None if result is None else result.env_steps,
+        "stop_reason": None if result is None else result.stop_reason,
+        "error": outcome.get("error"),
+        "logdir": str(logdir),
+        "machine": machine_report(),
+    }))
+
+
+if __name__ == "__main__":
+    main()
