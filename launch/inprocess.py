@@ -34,7 +34,14 @@ import numpy as np
 from launch.experiment import Experiment, RunResult
 from launch.limiter import limit_program
 from launch.nodes import make_program
-from launch.program import NODE_START_TIMEOUT_S, Node, NodeContext, Program, make_handles
+from launch.program import (
+    NODE_START_TIMEOUT_S,
+    Node,
+    NodeContext,
+    Program,
+    make_handles,
+    require_no_node_restarts,
+)
 from launch.run_record import write_run_record
 from seed_agents.inference.batcher import BatcherClosedError
 from seed_agents.utils.tf_threads import LEARNER_INTER_OP_THREADS, configure_tf_threads
@@ -191,6 +198,7 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None,
     `experiment.resume` disagree, or the environment's action spec does not suit the agent.
     """
     experiment.check_checkpoints()
+    require_no_node_restarts(experiment, "inprocess")
     experiment.environment_spec()  # an action spec the agent cannot use fails here, first
     # Before any node: the process's pools are the backend's, sized for the learner and
     # the inference server that share them.

@@ -173,3 +173,11 @@ def make_handles(node: Node, addresses: dict[str, str | None],
     published so far."""
     objects = objects or {}
     return {key: HANDLES[key](addresses.get(key), objects.get(key)) for key in node.needs}
+
+
+def require_no_node_restarts(experiment: Any, backend: str) -> None:
+    """Raises ValueError when `experiment` asks for learner restarts from a backend that
+    has none (only `local_mp` restarts its learner)."""
+    if experiment.max_node_restarts:
+        raise ValueError(f"max_node_restarts (--max-node-restarts) is for the local_mp "
+                         f"backend; {backend} does not restart its learner yet.")

@@ -58,7 +58,14 @@ from launch.experiment import Experiment, RunResult
 from launch.limiter import limit_remote_program
 from launch.local_mp import NodeFailedError
 from launch.nodes import make_program, require_central_inference
-from launch.program import NODE_START_TIMEOUT_S, Node, NodeContext, Program, make_handles
+from launch.program import (
+    NODE_START_TIMEOUT_S,
+    Node,
+    NodeContext,
+    Program,
+    make_handles,
+    require_no_node_restarts,
+)
 from launch.run_record import write_run_record
 
 NAMESPACE = "seed-agents"
@@ -458,6 +465,7 @@ def run_ray(
     experiment = dataclasses.replace(experiment, logdir=str(run_dir))
     experiment.check_checkpoints()
     require_central_inference(experiment)
+    require_no_node_restarts(experiment, "ray")
     experiment.environment_spec()  # an action spec the agent cannot use fails here, first
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_record(experiment)

@@ -292,3 +292,13 @@ def test_max_node_restarts_needs_checkpoints():
     with pytest.raises(ValueError, match="set checkpoint_every_s"):
         Experiment(VTraceBuilder(SMALL), "gym:CartPole-v1", max_node_restarts=1,
                    checkpoint_every_s=None)
+
+
+def test_backends_without_learner_restarts_refuse_them(tmp_path):
+    from launch.inprocess import run_inprocess
+    from launch.ray_backend import run_ray
+
+    experiment = _experiment(tmp_path, 1_000, max_node_restarts=1)
+    for run, name in ((run_inprocess, "inprocess"), (run_ray, "ray")):
+        with pytest.raises(ValueError, match=f"local_mp backend; {name} does not restart"):
+            run(experiment)
