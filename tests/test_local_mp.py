@@ -228,7 +228,7 @@ def _has_checkpoint(logdir: Path) -> bool:
 def test_a_killed_learner_continues_from_its_checkpoint_to_the_budget(tmp_path):
     stream = io.StringIO()
     outcome: dict = {}
-    experiment = _experiment(tmp_path, 30_000, checkpoint_every_s=1.0, max_node_restarts=1)
+    experiment = _experiment(tmp_path, 12_000, checkpoint_every_s=1.0, max_node_restarts=1)
 
     def target():
         try:
@@ -239,7 +239,7 @@ def test_a_killed_learner_continues_from_its_checkpoint_to_the_budget(tmp_path):
     thread = threading.Thread(target=target)
     thread.start()
     try:
-        _wait_for_progress(tmp_path, 2_000)
+        _wait_for_progress(tmp_path, 1_000)
         deadline = time.monotonic() + 600
         while not _has_checkpoint(tmp_path):
             assert time.monotonic() < deadline, "no checkpoint"
@@ -250,7 +250,7 @@ def test_a_killed_learner_continues_from_its_checkpoint_to_the_budget(tmp_path):
         thread.join(600)
     assert "error" not in outcome, outcome.get("error")
     result = outcome["result"]
-    assert result.env_steps >= 30_000 and "budget" in result.stop_reason
+    assert result.env_steps >= 12_000 and "budget" in result.stop_reason
     assert result.restarts >= 1
     said = stream.getvalue()
     assert "learner died (exit code -9); restart 1 of 1, from its checkpoint at learner " \
