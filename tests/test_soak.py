@@ -31,16 +31,19 @@ def test_slopes_are_per_hour_and_flat_readings_have_none(soak):
 
 
 def test_proc_readings_see_this_process_grow_threads_and_descriptors(soak):
-    before = soak.proc_readings(os.getpid())
-    stop = threading.Event()
-    thread = threading.Thread(target=stop.wait)
-    with open(__file__) as f:
-        thread.start()
-        during = soak.proc_readings(os.getpid())
-        fd = f.fileno()
-        assert fd >= 0
-    stop.set()
-    thread.join()
+    # Threads of earlier tests may still be ending: measure until a quiet moment, when
+    # the only change between two readings is the thread and the file opened here.
+    for _ in range(50):
+        before = soak.proc_readings(os.getpid())
+        stop = threading.Event()
+        thread = threading.Thread(target=stop.wait)
+        with open(__file__):
+            thread.start()
+            during = soak.proc_readings(os.getpid())
+        stop.set()
+        thread.join()
+        if (during["threads"], during["fds"]) == (before["threads"] + 1, before["fds"] + 1):
+            break
     assert before["rss_mib"] > 0
     assert during["threads"] == before["threads"] + 1
     assert during["fds"] == before["fds"] + 1
