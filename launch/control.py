@@ -27,6 +27,11 @@ from seed_agents.inference.security import TLSConfig
 _SERVICE = "seed_agents.Control"
 _OPTIONS = [("grpc.max_send_message_length", 256 << 20),
             ("grpc.max_receive_message_length", 256 << 20)]
+# Requests are empty: a peer, with the token or without, may send no more than this before
+# gRPC refuses the message (RESOURCE_EXHAUSTED), so no caller can make the server hold
+# large buffers. Only answers (the variables) are large.
+_SERVER_OPTIONS = [("grpc.max_send_message_length", 256 << 20),
+                   ("grpc.max_receive_message_length", 1024)]
 
 
 class ControlService:
@@ -48,7 +53,8 @@ class ControlService:
         self._status = status
         self._variables = variables
         self._expected_auth = bearer(auth_token).encode() if auth_token else None
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=_OPTIONS)
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
+                                   options=_SERVER_OPTIONS)
         handlers = {
             "Status": grpc.unary_unary_rpc_method_handler(self._handle_status),
             "Variables": grpc.unary_unary_rpc_method_handler(self._handle_variables),

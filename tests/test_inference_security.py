@@ -260,3 +260,20 @@ def test_the_learners_control_service_takes_the_runs_token():
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
     finally:
         service.stop()
+
+
+def test_control_service_refuses_large_requests_before_reading_them():
+    from launch.control import ControlService
+
+    watched = _Watched()
+    service = ControlService(watched.status, watched.variables, auth_token="t0ken")
+    try:
+        address = service.start()
+        with grpc.insecure_channel(address) as channel:
+            call = channel.unary_unary("/seed_agents.Control/Variables")
+            with pytest.raises(grpc.RpcError) as refused:
+                call(b"x" * (1 << 20), timeout=30, metadata=auth("t0ken"))
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert watched.calls == {"status": 0, "variables": 0}
+    finally:
+        service.stop()
