@@ -132,8 +132,8 @@ def frames_to(curve: list[tuple[int, int, float]], score: float) -> int | None:
 
 
 def make_config(agent: str, preset: str | None, overrides: list[str], frames: int) -> Any:
-    """The agent's config: the preset, then the overrides, then (V-trace with annealing)
-    the anneal steps that spread the schedules over `frames`."""
+    """The agent's config: the preset, then the overrides, then (V-trace) the schedules
+    spread over `frames` (`VTraceConfig.for_budget`)."""
     from seed_agents.utils.overrides import parse_overrides
 
     if agent == "vtrace":
@@ -141,12 +141,7 @@ def make_config(agent: str, preset: str | None, overrides: list[str], frames: in
         from seed_agents.agents.vtrace.config import VTraceConfig
 
         settings = [*presets.VTRACE_PRESETS[preset], *overrides] if preset else overrides
-        config = parse_overrides(VTraceConfig, settings)
-        if config.anneal_steps is not None and not any(o.startswith("anneal_steps=")
-                                                       for o in overrides):
-            steps = max(1, frames // (config.batch_size * config.unroll_length))
-            config = parse_overrides(VTraceConfig, [*settings, f"anneal_steps={steps}"])
-        return config
+        return parse_overrides(VTraceConfig, settings).for_budget(frames)
     from seed_agents.agents.r2d2 import presets as r2d2_presets
     from seed_agents.agents.r2d2.config import R2D2Config
 

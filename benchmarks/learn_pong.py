@@ -41,7 +41,6 @@ from builders.vtrace import VTraceBuilder  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
 from launch.local_mp import run_local_mp  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
-from seed_agents.agents.vtrace.presets import anneal_steps_for  # noqa: E402
 from seed_agents.envs.atari import ATARI_PROTOCOLS, protocol_env_id  # noqa: E402
 from seed_agents.envs.random_play import random_return  # noqa: E402
 from seed_agents.utils.overrides import parse_overrides  # noqa: E402
@@ -93,12 +92,8 @@ def main() -> None:
     from seed_agents.agents.vtrace import presets
 
     preset = {"atari_ppo": presets.ATARI_PPO, "atari_cpu": presets.ATARI_CPU}[args.preset]
-    config = parse_overrides(VTraceConfig, [*preset, *args.overrides])
-    if args.preset == "atari_ppo" and not any(o.startswith("anneal_steps=")
-                                               for o in args.overrides):
-        config = parse_overrides(VTraceConfig, [
-            *preset, *args.overrides,
-            f"anneal_steps={anneal_steps_for(args.frames, config, ACTION_REPEAT)}"])
+    config = parse_overrides(VTraceConfig, [*preset, *args.overrides]).for_budget(
+        args.frames // ACTION_REPEAT)
     if args.resume and not args.logdir:
         parser.error("--resume continues the run in --logdir: name it.")
     env_id = protocol_env_id("Pong", args.protocol)

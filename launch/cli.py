@@ -37,6 +37,7 @@ from seed_agents.inference.security import (  # noqa: E402
     TLSConfig,
     read_token_file,
 )
+from seed_agents.utils.checkpointing import has_learner_checkpoint, learner_directory  # noqa: E402
 from seed_agents.utils.overrides import parse_overrides  # noqa: E402
 
 AGENTS: dict[str, tuple[type, type]] = {
@@ -167,14 +168,20 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true",
                        help="continue the run in --logdir from its checkpoints; without "
                             "it a logdir that holds checkpoints is refused")
+    train.add_argument("--resume-if-checkpointed", action="store_true",
+                       help="--resume when --logdir holds a learner checkpoint, else start "
+                            "afresh: for a job that a scheduler (a Kubernetes Job, a RayJob "
+                            "with backoffLimit) runs again after losing it")
     train.add_argument("--max-node-restarts", type=int, default=0,
-                       help="restart a dead learner from its newest checkpoint up to N "
-                            "times in the run (local_mp) instead of ending it (default: 0)")
+                       help="restart a dead learner (local_mp), or the program after a "
+                            "vital node or its machine is lost (ray), from the newest "
+                            "checkpoints up to N times in the run instead of ending it "
+                            "(default: 0)")
     train.add_argument("--preset", default=None,
                        help="named agent settings applied before any --set: "
                             "vtrace: atari_cpu (Atari on a few CPU cores, as "
                             "examples/atari_pong.py trains), atari_ppo (CleanRL PPO's "
-                            "Atari settings; set anneal_steps for the budget), minatar "
+                            "Atari settings, annealed over --steps), minatar "
                             "(MinAtar's minatar:<game> ids); r2d2: minatar")
     train.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override an agent config field (repeatable)")
@@ -199,6 +206,9 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
             )
         overrides = [*presets[args.preset], *overrides]
     config = parse_overrides(config_type, overrides)
+    max_env_steps = 500_000 if args.steps is None or args.dataset else args.steps
+    if hasattr(config, "for_budget"):  # schedules that end with the run's budget
+        config = config.for_budget(max_env_steps)
     builder: AgentBuilder = builder_type(config)
     security = {}  # without a token file, the Experiment makes a fresh random token
     if args.inference_token_file:
@@ -207,13 +217,16 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         security["tls"] = TLSConfig(args.tls_cert, args.tls_key, args.tls_ca,
                                     args.tls_server_name or None)
     runners, envs_per_runner = builder.default_layout
+    logdir = args.logdir or f"runs/{args.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.resume_if_checkpointed and not args.logdir:
+        raise ValueError("--resume-if-checkpointed continues the run in --logdir: name it.")
     return Experiment(
         builder=builder,
         environment=args.env,
         num_runners=runners if args.runners is None else args.runners,
         envs_per_runner=envs_per_runner if args.envs_per_runner is None
         else args.envs_per_runner,
-        max_env_steps=500_000 if args.steps is None or args.dataset else args.steps,
+        max_env_steps=max_env_steps,
         max_learner_steps=20_000 if args.steps is None or not args.dataset else args.steps,
         dataset=args.dataset,
         record=args.record,
@@ -225,13 +238,14 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         target_return=args.target_return,
         max_wall_s=args.max_wall_s,
         log_every_s=args.log_every_s,
-        logdir=args.logdir or f"runs/{args.agent}-{time.strftime('%Y%m%d-%H%M%S')}",
+        logdir=logdir,
         evaluate_every_s=args.evaluate_every_s or None,
         learner_gpus=args.learner_gpus,
         replay_port=args.replay_port,
         learner_resource=args.learner_resource,
         checkpoint_every_s=args.checkpoint_every_s or None,
-        resume=args.resume,
+        resume=args.resume or (args.resume_if_checkpointed and has_learner_checkpoint(
+            learner_directory(logdir))),
         max_node_restarts=args.max_node_restarts,
         **security,
     )

@@ -60,9 +60,11 @@ class Experiment:
         another agent or environment than the logdir's `run.json` records is refused.
       max_node_restarts: how many times in a run a vital node that dies is started
         again instead of ending the run (0: it ends the run, with the node's error).
-        The learner (`local_mp`) comes back from its newest checkpoint on the same
-        addresses, so runners and the evaluator reconnect by themselves; what it loses
-        (learner steps since the checkpoint, the runners' episodes in progress) is
+        Under `local_mp` the learner comes back from its newest checkpoint on the same
+        addresses, so runners and the evaluator reconnect by themselves; under `ray`
+        any vital node's death (its machine's, too) restarts the whole program wherever
+        Ray places it, the learner and the replay from their newest checkpoints. What a
+        restart loses (learner steps since the checkpoint, the episodes in progress) is
         printed. Needs checkpoints (`checkpoint_every_s`). Runners restart without it.
       inference_token: the shared secret of the run's gRPC inference service: every
         backend gives it to the service and to the runners, and the service refuses

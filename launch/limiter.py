@@ -157,9 +157,11 @@ class StepLimiter:
 
     The wall time it logs and limits (`max_wall_s`) is the run's: a resumed run's status
     carries `resumed_wall_s`, the time of the run before the restart (its learner's
-    checkpoint), which is added to this segment's. Rows are written once the program
-    has answered a first status, so a resumed run's curves continue from its restored
-    counts rather than from zero.
+    checkpoint), which is added to this segment's. Only the first status's counts: a
+    learner restarted within this segment (`max_node_restarts`) restores a checkpoint
+    whose time this segment already counts. Rows are written once the program has
+    answered a first status, so a resumed run's curves continue from its restored counts
+    rather than from zero.
     """
 
     def __init__(self, experiment: Experiment, status: Status, logger: Logger,
@@ -180,11 +182,14 @@ class StepLimiter:
         next_log = start
         solved_steps = solved_wall = None
         status: dict[str, Any] = {}
+        before_s: float | None = None
         while True:
             wait(self._poll_s)
             status = self._status() or status
+            if before_s is None and status:
+                before_s = float(status.get("resumed_wall_s", 0.0))
             now = time.monotonic()
-            elapsed = float(status.get("resumed_wall_s", 0.0)) + now - start
+            elapsed = (before_s or 0.0) + now - start
             env_steps = int(status.get("env_steps", 0))
             steps_per_s = rate.update(env_steps, now)
             # With evaluation environments (greedy, as in SEED) the target is judged on
@@ -210,7 +215,7 @@ class StepLimiter:
                 next_log = now + experiment.log_every_s
             if reason:
                 break
-        wall = float(status.get("resumed_wall_s", 0.0)) + time.monotonic() - start
+        wall = (before_s or 0.0) + time.monotonic() - start
         return RunResult(
             env_steps=env_steps,
             episodes=int(status.get("episodes", 0)),
@@ -279,20 +284,42 @@ def limit_program(
 
 def limit_remote_program(
     experiment: Experiment,
-    control_address: str,
+    control_address: Callable[[], str],
     logdir: str,
     stream: Any,
     restarts: Callable[[], int],
     failure: Callable[[], str | None],
     wait: Callable[[float], Any],
 ) -> RunResult:
-    """`limit_program` over the control service at `control_address` (a distributed
-    backend's driver)."""
-    from launch.control import ControlClient
-    from launch.nodes import client_credentials
-
-    control = ControlClient(control_address, **client_credentials(experiment))
+    """`limit_program` over the learner's control service (a distributed backend's
+    driver), at the address `control_address()` gives: a learner that the backend
+    restarted elsewhere is followed to its new address."""
+    control = _FollowingControl(control_address, experiment)
     try:
         return limit_program(experiment, control, logdir, stream, failure, wait, restarts)
     finally:
         control.close()
+
+
+class _FollowingControl:
+    """A `ControlClient` of whatever address the learner's control has now."""
+
+    def __init__(self, address: Callable[[], str], experiment: Experiment):
+        self._address = address
+        self._experiment = experiment
+        self._client: Any = None
+
+    def status(self) -> dict[str, Any]:
+        from launch.control import ControlClient
+        from launch.nodes import client_credentials
+
+        address = self._address()
+        if self._client is None or self._client.address != address:
+            self.close()
+            self._client = ControlClient(address, **client_credentials(self._experiment))
+        return self._client.status()
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

@@ -6,15 +6,19 @@ deadlock), its output goes to `<logdir>/logs/<node>.log` and, prefixed with the 
 name, to the console. Servers bind 127.0.0.1.
 
 Failures: a runner that dies is restarted with exponential backoff (1 s doubling, at most
-30 s) and counted. A learner that dies is restarted the same way up to
-`experiment.max_node_restarts` times in the run, from its newest checkpoint and on the
-addresses it had (runners and the evaluator reconnect by themselves), and what the restart
-loses is printed; past that, and for the replay or evaluator, a death stops the program
-with an error naming the node and its log. Stopping (budget reached, Ctrl-C, an error)
-sends SIGTERM to runners first and the replay last, waits up to 10 s in all, then kills
-what is left. The replay keeps its last 2 s whatever the learner does: a learner blocked
-in a Reverb call (one that only returns once the replay is gone, so that it never sees
-its SIGTERM) still leaves the replay time to stop, which also frees the learner.
+30 s) and counted. A vital node that dies is restarted the same way up to
+`experiment.max_node_restarts` times in the run, and what the restart loses is printed:
+the learner from its newest checkpoint and on the addresses it had (runners and the
+evaluator reconnect by themselves); the replay on its port from its newest checkpoint
+(if the agent checkpoints it), with the learner, whose dataset reads from it, stopped and
+restarted after it (one restart for both); the evaluator as it was. Past that bound a
+death stops the program with an error naming the node and its log.
+
+Stopping (budget reached, Ctrl-C, an error) sends SIGTERM to runners first and the replay
+last, waits up to 10 s in all, then kills what is left. The replay keeps its last 2 s
+whatever the learner does: a learner blocked in a Reverb call (one that only returns once
+the replay is gone, so that it never sees its SIGTERM) still leaves the replay time to
+stop, which also frees the learner.
 """
 
 from __future__ import annotations
@@ -35,8 +39,16 @@ from typing import Any, TextIO
 from launch.experiment import Experiment, RunResult
 from launch.limiter import limit_remote_program
 from launch.nodes import make_program, require_central_inference
-from launch.program import NODE_START_TIMEOUT_S, Node, NodeContext, Program, make_handles
+from launch.program import (
+    NODE_START_TIMEOUT_S,
+    Node,
+    NodeContext,
+    Program,
+    make_handles,
+    restart_loss,
+)
 from launch.run_record import write_run_record
+from seed_agents.utils.checkpointing import has_replay_checkpoint, replay_directory
 
 _STOP_TIMEOUT_S = 10.0
 _KILL_TIMEOUT_S = 5.0
@@ -143,6 +155,8 @@ class _Supervisor:
         self.processes: dict[str, multiprocessing.process.BaseProcess] = {}
         self.restarts: dict[str, int] = {}
         self._restart_at: dict[str, float] = {}
+        self._follows: set[str] = set()  # vital nodes whose restart is part of another's
+        self._replay_port = 0
         self._stopping = False
 
     def start_all(self) -> None:
@@ -181,13 +195,16 @@ class _Supervisor:
             while True:
                 _, key, address = self._published.get(timeout=timeout_s)
                 self.addresses[key] = address
+                if key == "replay":
+                    self._replay_port = int(address.rsplit(":", 1)[1])
                 timeout_s = 0.0
         except queue.Empty:
             pass
 
     def check(self) -> str | None:
-        """Restarts due runners; returns why the program must stop, if it must."""
+        """Restarts due nodes; returns why the program must stop, if it must."""
         now = time.monotonic()
+        self._drain_published()
         for node in self._program.nodes:
             process = self.processes[node.name]
             if process.exitcode is None:
@@ -199,43 +216,75 @@ class _Supervisor:
             if node.name not in self._restart_at:
                 count = self.restarts.get(node.name, 0)
                 self._restart_at[node.name] = now + min(2.0 ** count, _MAX_BACKOFF_S)
+                if node.group == "replay":
+                    self._replay_lost(node, process.exitcode)
             elif now >= self._restart_at[node.name]:
+                if node.group == "learner" and not set(node.needs) <= set(self.addresses):
+                    continue  # it follows the replay's restart: once the replay is back
                 del self._restart_at[node.name]
                 self.restarts[node.name] = self.restarts.get(node.name, 0) + 1
                 if vital:
-                    self._vital_restarts += 1
-                    node = self._restarted_learner(node, process.exitcode)
+                    follows = node.name in self._follows
+                    self._follows.discard(node.name)
+                    self._vital_restarts += 0 if follows else 1
+                    node = self._restarted(node, process.exitcode, follows)
                 self._start(node)
                 self._write_pids()
         return None
 
     def _may_restart(self, node: Node) -> bool:
-        """Whether the vital `node` that died comes back: the learner, within the run's
-        `max_node_restarts` (the replay and the evaluator do not, yet)."""
-        return node.group == "learner" and self._vital_restarts < self._max_node_restarts
+        """Whether the vital `node` that died comes back: within the run's
+        `max_node_restarts`, or as part of a restart already counted (the learner after
+        its replay's)."""
+        return node.name in self._follows or self._vital_restarts < self._max_node_restarts
 
-    def _restarted_learner(self, node: Node, exitcode: int | None) -> Node:
+    def _replay_lost(self, node: Node, exitcode: int | None) -> None:
+        """The replay died: the learner, whose dataset reads from it, is stopped too and
+        comes back after it (one restart for both); prints what the restart loses."""
+        self.addresses.pop("replay", None)  # published again by the new replay
+        loses = ("it comes back from its newest checkpoint (items inserted after it are "
+                 "lost)" if node.kwargs["experiment"].builder.checkpoint_replay
+                 else "it comes back empty (its items are not checkpointed)")
+        print(f"[local_mp] replay died (exit code {exitcode}); restart "
+              f"{self._vital_restarts + 1} of {self._max_node_restarts}: {loses}, on its "
+              "address; the learner stops and restarts after it.", file=self._stream,
+              flush=True)
+        for learner in self._program.group("learner"):
+            self._follows.add(learner.name)
+            if self.processes[learner.name].exitcode is None:
+                self.processes[learner.name].terminate()
+
+    def _restarted(self, node: Node, exitcode: int | None, follows: bool) -> Node:
+        """A vital node again: the learner from its newest checkpoint, the replay on its
+        port from its newest checkpoint, the evaluator as it was."""
+        import dataclasses
+
+        if node.group == "learner":
+            why = "stopped with its replay" if follows else f"died (exit code {exitcode})"
+            return self._restarted_learner(node, why)
+        if node.group != "replay":
+            print(f"[local_mp] {node.name} died (exit code {exitcode}); restart "
+                  f"{self._vital_restarts} of {self._max_node_restarts}.", file=self._stream,
+                  flush=True)
+            return node
+        experiment = node.kwargs["experiment"]
+        resume = has_replay_checkpoint(replay_directory(experiment.logdir))
+        replay = dataclasses.replace(experiment, replay_port=self._replay_port, resume=resume)
+        return dataclasses.replace(node, kwargs={**node.kwargs, "experiment": replay})
+
+    def _restarted_learner(self, node: Node, why: str) -> Node:
         """The learner node again, resuming from the newest checkpoint (if any) on the
         addresses it published; prints what the restart loses."""
         import dataclasses
 
-        from seed_agents.utils.checkpointing import latest_checkpoint_info, learner_directory
-
         experiment = node.kwargs["experiment"]
-        info = latest_checkpoint_info(learner_directory(experiment.logdir))
-        last = _last_logged(self._run_dir / "learner.csv", "learner_steps")
-        if info is None:
-            restored = "no checkpoint yet: it starts from scratch"
-        else:
-            lost = ("" if last is None
-                    else f"; {max(last - (info.step or 0), 0):,} logged steps lost")
-            restored = f"from its checkpoint at learner step {info.step:,}{lost}"
-        print(f"[local_mp] learner died (exit code {exitcode}); restart "
+        resume, restored = restart_loss(experiment.logdir)
+        print(f"[local_mp] learner {why}; restart "
               f"{self._vital_restarts} of {self._max_node_restarts}, {restored}. Runners "
               "reconnect to it and start their episodes anew (those in progress are "
               f"lost); see {self._logs / 'learner.log'}", file=self._stream, flush=True)
         kwargs = {**node.kwargs,
-                  "experiment": dataclasses.replace(experiment, resume=info is not None),
+                  "experiment": dataclasses.replace(experiment, resume=resume),
                   "restart": self._vital_restarts,
                   "addresses": {k: self.addresses[k] for k in node.publishes
                                 if k in self.addresses}}
@@ -271,19 +320,6 @@ class _Supervisor:
         for process in left:
             process.kill()
         _join_all(left, time.monotonic() + _KILL_TIMEOUT_S)
-
-
-def _last_logged(path: Path, column: str) -> int | None:
-    """`column` of the last row of the CSV log at `path` (None: no such row)."""
-    try:
-        with open(path, "rb") as f:
-            header = f.readline().decode().strip().split(",")
-            f.seek(0, os.SEEK_END)
-            f.seek(max(f.tell() - 65536, 0))
-            rows = f.read().decode(errors="replace").strip().splitlines()
-        return int(float(dict(zip(header, rows[-1].split(","), strict=True))[column]))
-    except (OSError, IndexError, KeyError, ValueError):
-        return None
 
 
 def _join_all(processes: list[multiprocessing.process.BaseProcess], deadline: float) -> None:
@@ -334,7 +370,7 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
         supervisor.start_all()
         supervisor.wait_for(("control",))
         result = limit_remote_program(
-            experiment, supervisor.addresses["control"], str(run_dir), stream,
+            experiment, lambda: supervisor.addresses["control"], str(run_dir), stream,
             restarts=lambda: sum(supervisor.restarts.values()),
             failure=supervisor.check, wait=stop.wait,
         )

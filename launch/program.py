@@ -17,9 +17,11 @@ between, and a debugger steps from runner to policy to learner.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from seed_agents.utils.startup import START_TIMEOUT_S
@@ -177,7 +179,35 @@ def make_handles(node: Node, addresses: dict[str, str | None],
 
 def require_no_node_restarts(experiment: Any, backend: str) -> None:
     """Raises ValueError when `experiment` asks for learner restarts from a backend that
-    has none (only `local_mp` restarts its learner)."""
+    has none (`local_mp` and `ray` restart their vital nodes; in process there is no
+    other process to come back in)."""
     if experiment.max_node_restarts:
-        raise ValueError(f"max_node_restarts (--max-node-restarts) is for the local_mp "
-                         f"backend; {backend} does not restart its learner yet.")
+        raise ValueError(f"max_node_restarts (--max-node-restarts) is for the local_mp and "
+                         f"ray backends; {backend} does not restart its learner.")
+
+
+def restart_loss(logdir: str) -> tuple[bool, str]:
+    """Whether a restarted learner has a checkpoint to resume from in `logdir`, and what
+    its restart loses, in words: the learner step it comes back from and the logged
+    learner steps after it (the learner's CSV log is ahead of its checkpoint)."""
+    from seed_agents.utils.checkpointing import latest_checkpoint_info, learner_directory
+
+    info = latest_checkpoint_info(learner_directory(logdir))
+    if info is None:
+        return False, "no checkpoint yet: it starts from scratch"
+    last = _last_logged(Path(logdir) / "learner.csv", "learner_steps")
+    lost = "" if last is None else f"; {max(last - (info.step or 0), 0):,} logged steps lost"
+    return True, f"from its checkpoint at learner step {info.step:,}{lost}"
+
+
+def _last_logged(path: Path, column: str) -> int | None:
+    """`column` of the last row of the CSV log at `path` (None: no such row)."""
+    try:
+        with open(path, "rb") as f:
+            header = f.readline().decode().strip().split(",")
+            f.seek(0, os.SEEK_END)
+            f.seek(max(f.tell() - 65536, 0))
+            rows = f.read().decode(errors="replace").strip().splitlines()
+        return int(float(dict(zip(header, rows[-1].split(","), strict=True))[column]))
+    except (OSError, IndexError, KeyError, ValueError):
+        return None

@@ -17,9 +17,21 @@ limiter and the same `RunResult`; what changes is who places and restarts the no
   restart when the runner's process changes (checked every 0.5 s: two restarts between
   checks count once). A runner whose `main` raises exits its process after 1 s so that
   Ray restarts it (Ray restarts only dead processes); unlike `local_mp` there is no
-  exponential backoff, a new worker's start-up (seconds) throttles a crash loop. A vital
-  node (replay, learner, evaluator) that dies or raises stops the program with
-  `NodeFailedError`. What a runner restart loses: its episodes in progress.
+  exponential backoff, a new worker's start-up (seconds) throttles a crash loop. What a
+  runner restart loses: its episodes in progress.
+- Vital nodes (replay, learner, evaluator): one that dies or raises (its process, or its
+  whole machine, as a preempted spot instance goes) stops the program with
+  `NodeFailedError`, unless `experiment.max_node_restarts` allows a restart: then the
+  driver stops every node (the survivors gracefully: a learner that survives saves a
+  last checkpoint), waits (1 s, doubling per restart, at most 30 s) and starts the
+  whole program again wherever Ray places it now, the learner and the replay from their
+  newest checkpoints. Runners are new actors that stream to the new inference service
+  with every episode anew; the driver follows the learner's control service to its new
+  address. What the restart loses is printed (the learner's logged steps since its
+  checkpoint, the replay's items since its checkpoint, every episode in progress). A
+  restart that fails to start counts as another; past the bound, the run ends with the
+  last error. The checkpoints must be where the new nodes run: a logdir on storage
+  every machine mounts (one machine's disk is lost with it).
 - Stopping (budget reached, Ctrl-C, an error): runners, evaluator, learner, then replay
   are asked to stop (10 s in all), then every actor is killed without restart.
 - Logs: each node writes its CSV files to `experiment.logdir`, made absolute; on a
@@ -36,7 +48,8 @@ limiter and the same `RunResult`; what changes is who places and restarts the no
   or ~/.ray/auth_token) in its environment before Ray is imported, as every node does.
 - Names: actors are named `f"{run_name}-{node.name}"` in the namespace `NAMESPACE`, so
   `ray.get_actor` finds them (run_name defaults to the logdir's name; two live runs on
-  one cluster need different names).
+  one cluster need different names); after the n-th restart of the program,
+  `f"{run_name}-{node.name}-r{n}"` (a killed actor's name is freed asynchronously).
 """
 
 from __future__ import annotations
@@ -64,7 +77,7 @@ from launch.program import (
     NodeContext,
     Program,
     make_handles,
-    require_no_node_restarts,
+    restart_loss,
 )
 from launch.run_record import write_run_record
 
@@ -73,6 +86,7 @@ _STOP_TIMEOUT_S = 10.0
 _HEALTH_EVERY_S = 0.5
 _CRASH_EXIT_DELAY_S = 1.0
 _STOP_ORDER = ("runner", "evaluator", "learner", "replay")
+_MAX_BACKOFF_S = 30.0
 # stop/info/published must answer while the node's main blocks in its own thread.
 _MAX_CONCURRENCY = 4
 
@@ -182,29 +196,41 @@ class _Calls:
 
 
 class _Actors:
-    """Starts the program's actors, watches them, counts runner restarts, stops them."""
+    """Starts the program's actors, watches them, counts restarts, restarts the program
+    when a vital node dies (up to `experiment.max_node_restarts` times), stops them."""
 
-    def __init__(self, program: Program, run_name: str, run_dir: Path):
-        self._program = program
+    def __init__(self, experiment: Experiment, run_name: str, run_dir: Path,
+                 stream: TextIO):
+        self._experiment = experiment
+        self._program = make_program(experiment)
         self._run_name = run_name
         self._run_dir = run_dir
+        self._stream = stream
         self.handles: dict[str, Any] = {}
         self.addresses: dict[str, str] = {}
         self.restarts = 0
+        self.vital_restarts = 0
         self.failure: str | None = None
         self._calls = _Calls()
         self._identity: dict[str, tuple[str, int]] = {}
         self._next_check = 0.0
 
+    @property
+    def program(self) -> Program:
+        return self._program
+
     def start_all(self) -> None:
+        """Starts every node in program order and waits until each answers and the
+        learner's control service is up."""
         import ray
 
         actor_class = ray.remote(NodeActor)
         deadline = time.monotonic() + NODE_START_TIMEOUT_S
+        suffix = f"-r{self.vital_restarts}" if self.vital_restarts else ""
         for node in self._program.nodes:
             self._wait_for(node.needs, deadline)
             options: dict[str, Any] = {
-                "name": f"{self._run_name}-{node.name}",
+                "name": f"{self._run_name}-{node.name}{suffix}",
                 "namespace": NAMESPACE,
                 "num_cpus": node.num_cpus,
                 "num_gpus": node.num_gpus,
@@ -224,6 +250,8 @@ class _Actors:
                     "or logdir."
                 ) from error
         self._wait_started(deadline)
+        # Without an evaluator nothing needed the control service to start.
+        self._wait_for(("control",), deadline)
 
     def _wait_for(self, keys: tuple[str, ...], deadline: float) -> None:
         """Blocks until earlier actors published `keys`; raises if one fails or time's up."""
@@ -282,11 +310,9 @@ class _Actors:
             if isinstance(info, Exception):
                 if node.restartable:
                     continue  # Ray is restarting it; the new process is counted once it answers
-                self.failure = f"{node.name} died: {_first_line(info)}"
-                return self.failure
+                return self._vital_failure(f"{node.name} died: {_first_line(info)}")
             if info["error"] and not node.restartable:
-                self.failure = f"{node.name} died: its main raised\n{info['error']}"
-                return self.failure
+                return self._vital_failure(f"{node.name} died: its main raised\n{info['error']}")
             identity = (info["node_ip"], info["pid"])
             previous = self._identity.get(node.name)
             if previous != identity:
@@ -297,6 +323,44 @@ class _Actors:
         if changed:
             self._write_nodes()
         return None
+
+    def _vital_failure(self, reason: str) -> str | None:
+        """Restarts the program after a vital node's death while `max_node_restarts`
+        allows (blocking until it runs again); otherwise records and returns `reason`."""
+        while self.vital_restarts < self._experiment.max_node_restarts:
+            self.vital_restarts += 1
+            self.restarts += 1
+            try:
+                self._restart(reason)
+                return None
+            except NodeFailedError as error:
+                reason = str(error)
+        self.failure = reason
+        return reason
+
+    def _restart(self, reason: str) -> None:
+        """Stops every node and starts the program again from the newest checkpoints."""
+        self.stop_all()
+        resume, restored = restart_loss(str(self._run_dir))
+        replay = ("the replay comes back from its newest checkpoint (items inserted after "
+                  "it are lost)" if self._experiment.builder.checkpoint_replay
+                  else "the replay starts empty")
+        backoff_s = min(2.0 ** (self.vital_restarts - 1), _MAX_BACKOFF_S)
+        self._stream.write(
+            f"[ray] {reason.splitlines()[0]}; restart {self.vital_restarts} of "
+            f"{self._experiment.max_node_restarts} in {backoff_s:g} s: every node starts "
+            f"again where Ray places it, the learner {restored}, {replay}; runners start "
+            "their episodes anew (those in progress are lost).\n")
+        self._stream.flush()
+        time.sleep(backoff_s)
+        experiment = dataclasses.replace(self._experiment, resume=resume)
+        program = make_program(experiment)
+        self._program = Program([
+            dataclasses.replace(node, kwargs={**node.kwargs, "restart": self.vital_restarts})
+            if node.group == "learner" else node for node in program.nodes])
+        self.handles, self.addresses, self._identity = {}, {}, {}
+        self._calls = _Calls()
+        self.start_all()
 
     def _write_nodes(self) -> None:
         nodes = {name: {"pid": pid, "node_ip": ip} for name, (ip, pid) in self._identity.items()}
@@ -465,22 +529,18 @@ def run_ray(
     experiment = dataclasses.replace(experiment, logdir=str(run_dir))
     experiment.check_checkpoints()
     require_central_inference(experiment)
-    require_no_node_restarts(experiment, "ray")
     experiment.environment_spec()  # an action spec the agent cannot use fails here, first
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_record(experiment)
-    program = make_program(experiment)
-    actors = _Actors(program, run_name or run_dir.name, run_dir)
+    actors = _Actors(experiment, run_name or run_dir.name, run_dir, stream)
     stop = threading.Event()
     with contextlib.ExitStack() as cleanup:
-        _connect(cleanup, program, address, node_ip_address, num_cpus)
-        _warn_if_too_small(program, stream)
+        _connect(cleanup, actors.program, address, node_ip_address, num_cpus)
+        _warn_if_too_small(actors.program, stream)
         cleanup.callback(actors.stop_all)
         actors.start_all()
-        # Without an evaluator nothing needed the control service to start.
-        actors._wait_for(("control",), time.monotonic() + NODE_START_TIMEOUT_S)
         result = limit_remote_program(
-            experiment, actors.addresses["control"], str(run_dir), stream,
+            experiment, lambda: actors.addresses["control"], str(run_dir), stream,
             restarts=lambda: actors.restarts, failure=actors.check, wait=stop.wait,
         )
     if actors.failure:

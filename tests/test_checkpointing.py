@@ -74,6 +74,26 @@ def test_checkpointer_round_trip_of_variables_slots_step_and_counts(tmp_path):
     assert info.step == 41 and info.counts["env_steps"] == 12_345 and info.path == path
 
 
+def test_a_checkpoint_cut_off_mid_write_is_never_the_one_restored(tmp_path):
+    # A machine that dies while saving leaves the new checkpoint's files half written;
+    # the state file that names the newest checkpoint is replaced (write, then rename)
+    # only once they are complete, so the previous checkpoint is restored.
+    saved = _model()
+    saved["step"].assign(7)
+    path = Checkpointer(saved, tmp_path).save()
+    for suffix in (".index", ".data-00000-of-00001"):
+        Path(f"{path}{suffix}").with_name(f"ckpt-99{suffix}").write_bytes(b"\x00" * 10)
+    info = checkpointing.latest_checkpoint_info(tmp_path)
+    assert info.path == path and info.step == 7
+    restored = _model()
+    assert Checkpointer(restored, tmp_path).restore_latest()
+    assert int(restored["step"].numpy()) == 7
+    # A Reverb checkpoint without its DONE file (cut off) is no checkpoint either.
+    replay = tmp_path / "replay"
+    (replay / "2026-11-25T00:00:00.000000000").mkdir(parents=True)
+    assert not checkpointing.has_replay_checkpoint(replay)
+
+
 def test_checkpointer_saves_on_its_timer_and_keeps_the_newest(tmp_path):
     # An interval long enough that no scheduling hiccup of a loaded machine spans it
     # between two calls a line apart.

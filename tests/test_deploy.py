@@ -170,7 +170,10 @@ def test_seed_agents_is_the_cli_entry_point(cli):
 
 
 def test_both_deployments_run_the_same_command():
-    assert _cluster_command() == _rayjob_command()
+    # But for where the run lives and how a new cluster takes it up: the RayJob's volume
+    # outlives its pods, and a retried job resumes from it.
+    rayjob = _rayjob_command().replace("/runs/cartpole", "/tmp/runs/cartpole")
+    assert _cluster_command() == rayjob.replace(" --resume-if-checkpointed", "")
 
 
 @pytest.mark.parametrize("source", ["ray-cluster.yaml", "rayjob.yaml"])
@@ -187,6 +190,8 @@ def test_deploy_command_parses_with_the_real_parser(cli, source):
     assert args.backend == "ray"
     assert args.ray_address == "auto"
     assert args.runners == 8 and args.envs_per_runner == 16
+    assert args.max_node_restarts > 0 and args.checkpoint_every_s
+    assert args.resume_if_checkpointed == (source == "rayjob.yaml")
 
 
 # --- README ------------------------------------------------------------------------------------

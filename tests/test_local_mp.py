@@ -218,17 +218,18 @@ def test_local_mp_uses_the_same_experiment_validation(field):
         Experiment(VTraceBuilder(SMALL), "gym:CartPole-v1", **{field: 0})
 
 
-# -- a learner that dies comes back from its checkpoint (max_node_restarts) ----------------
+# -- a learner or replay that dies comes back from its checkpoint (max_node_restarts) -------
 
 
 def _has_checkpoint(logdir: Path) -> bool:
     return (logdir / "checkpoints" / "learner" / "checkpoint").exists()
 
 
-def test_a_killed_learner_continues_from_its_checkpoint_to_the_budget(tmp_path):
+def test_a_killed_learner_and_then_its_replay_come_back_and_the_run_reaches_its_budget(
+        tmp_path):
     stream = io.StringIO()
     outcome: dict = {}
-    experiment = _experiment(tmp_path, 12_000, checkpoint_every_s=1.0, max_node_restarts=1)
+    experiment = _experiment(tmp_path, 16_000, checkpoint_every_s=1.0, max_node_restarts=2)
 
     def target():
         try:
@@ -244,21 +245,33 @@ def test_a_killed_learner_continues_from_its_checkpoint_to_the_budget(tmp_path):
         while not _has_checkpoint(tmp_path):
             assert time.monotonic() < deadline, "no checkpoint"
             time.sleep(0.2)
-        first = _pids(tmp_path)["learner"]
-        os.kill(first, signal.SIGKILL)
+        first = _pids(tmp_path)
+        os.kill(first["learner"], signal.SIGKILL)
+        # Once the new learner trains, the replay goes: it comes back on its address, and
+        # the learner (whose dataset reads from it) is stopped and comes back after it.
+        while (_pids(tmp_path)["learner"] == first["learner"]
+               or "resumed from" not in (tmp_path / "logs" / "learner.log").read_text()):
+            assert time.monotonic() < deadline, "the learner did not come back"
+            time.sleep(0.2)
+        _wait_for_progress(tmp_path, _env_steps(tmp_path) + 1_000)
+        second = _pids(tmp_path)
+        os.kill(second["replay"], signal.SIGKILL)
     finally:
         thread.join(600)
     assert "error" not in outcome, outcome.get("error")
     result = outcome["result"]
-    assert result.env_steps >= 12_000 and "budget" in result.stop_reason
-    assert result.restarts >= 1
+    assert result.env_steps >= 16_000 and "budget" in result.stop_reason
+    assert result.restarts >= 3  # the learner, the replay, the learner after it
     said = stream.getvalue()
-    assert "learner died (exit code -9); restart 1 of 1, from its checkpoint at learner " \
+    assert "learner died (exit code -9); restart 1 of 2, from its checkpoint at learner " \
         "step" in said
-    assert _pids(tmp_path)["learner"] != first
-    # The new learner restored the checkpoint, served the runners on the same address
-    # and the evaluator went on (it would have ended the run otherwise).
-    assert "resumed from" in (tmp_path / "logs" / "learner.log").read_text()
+    assert "replay died (exit code -9); restart 2 of 2: it comes back empty" in said
+    last = _pids(tmp_path)
+    assert last["learner"] not in (first["learner"], second["learner"])
+    assert last["replay"] != second["replay"]
+    # Each new learner restored a checkpoint and served the runners on the same address,
+    # and the evaluator went on (its death would have ended the run).
+    assert (tmp_path / "logs" / "learner.log").read_text().count("resumed from") == 2
     assert not any(_alive(pid) for pid in _pids(tmp_path).values())
 
 
@@ -294,11 +307,9 @@ def test_max_node_restarts_needs_checkpoints():
                    checkpoint_every_s=None)
 
 
-def test_backends_without_learner_restarts_refuse_them(tmp_path):
+def test_inprocess_refuses_learner_restarts(tmp_path):
     from launch.inprocess import run_inprocess
-    from launch.ray_backend import run_ray
 
     experiment = _experiment(tmp_path, 1_000, max_node_restarts=1)
-    for run, name in ((run_inprocess, "inprocess"), (run_ray, "ray")):
-        with pytest.raises(ValueError, match=f"local_mp backend; {name} does not restart"):
-            run(experiment)
+    with pytest.raises(ValueError, match="local_mp and ray backends; inprocess does not"):
+        run_inprocess(experiment)

@@ -1,8 +1,10 @@
-"""The Ray backend, run briefly for real: a local Ray, a killed runner, a two-node cluster.
+"""The Ray backend, run briefly for real: a local Ray, a killed runner, a cluster of three
+machines that loses the learner's.
 
 Every Ray here stays on loopback: Ray replaces 127.0.0.1 with the machine's interface
-address, so the local Ray and the cluster's head use 127.0.0.2 and the second node
-127.0.0.3. Each test stops what it starts and checks that the processes are gone.
+address, so the local Ray and the cluster's head use 127.0.0.2 and the other nodes
+127.0.0.3 and 127.0.0.4. Each test stops what it starts and checks that the processes
+are gone.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -216,23 +219,31 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def _two_node_cluster(log: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    """A head on 127.0.0.2 and a second node on 127.0.0.3; yields its address and env.
+def _cluster(log: Path, workers: dict[str, dict[str, float]], num_cpus: int = 3
+             ) -> Iterator[tuple[str, dict[str, str], dict[str, subprocess.Popen]]]:
+    """A head on 127.0.0.2 and a node per entry of `workers` (its loopback IP and custom
+    resources); yields the cluster's address, the environment a driver needs, and each
+    worker node's `ray start` process by IP (SIGKILL its process group to lose the
+    machine: its raylet and every worker on it).
 
-    Token authentication stays on: both nodes and the driver get the same token (the
+    Token authentication stays on: every node and the driver get the same token (the
     one `ray get-auth-token --generate` keeps in ~/.ray/auth_token, which a local
     `ray.init` creates anyway) through the yielded environment. Each node is
     `ray start --block` in its own process group, so the test stops exactly the
-    processes it started.
+    processes it started. The head declares a node dead after about 2 s without an
+    answer (Ray's default is 15 s or more).
     """
     token = subprocess.run([RAY, "get-auth-token", "--generate"], capture_output=True,
                            text=True, check=True).stdout.strip()
     env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token,
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    head_env = dict(env, RAY_health_check_period_ms="500", RAY_health_check_timeout_ms="1000",
+                    RAY_health_check_failure_threshold="4")
     # A short temp dir: Ray's Unix socket paths live under it (at most 107 characters).
     temp_dir = tempfile.mkdtemp(prefix="sa-ray-", dir="/tmp")
-    port, client, dashboard, *node_ports = _free_ports(13)
-    common = ["--num-cpus=3", "--object-store-memory=100000000", "--disable-usage-stats"]
+    port, client, dashboard, *node_ports = _free_ports(3 + 5 * (1 + len(workers)))
+    common = [f"--num-cpus={num_cpus}", "--object-store-memory=100000000",
+              "--disable-usage-stats"]
 
     def node_ports_args(ports: list[int]) -> list[str]:
         names = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
@@ -240,6 +251,7 @@ def _two_node_cluster(log: Path) -> Iterator[tuple[str, dict[str, str]]]:
         return [f"--{name}={p}" for name, p in zip(names, ports, strict=True)]
 
     processes: list[subprocess.Popen] = []
+    nodes: dict[str, subprocess.Popen] = {}
     try:
         with open(log, "ab") as out:
             processes.append(subprocess.Popen(
@@ -247,18 +259,20 @@ def _two_node_cluster(log: Path) -> Iterator[tuple[str, dict[str, str]]]:
                  f"--port={port}", f"--ray-client-server-port={client}",
                  "--include-dashboard=false", f"--dashboard-port={dashboard}",
                  f"--temp-dir={temp_dir}", *common, *node_ports_args(node_ports[:5])],
-                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+                env=head_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
             deadline = time.monotonic() + 300
             while not (Path(temp_dir) / "ray_current_cluster").exists():
                 assert processes[0].poll() is None, f"the head failed; see {log}"
                 assert time.monotonic() < deadline, f"the head did not start; see {log}"
                 time.sleep(0.2)
-            processes.append(subprocess.Popen(
-                [RAY, "start", "--block", f"--address=127.0.0.2:{port}",
-                 "--node-ip-address=127.0.0.3", '--resources={"second_node": 8}',
-                 *common, *node_ports_args(node_ports[5:10])],
-                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
-        yield f"127.0.0.2:{port}", env
+            for i, (ip, resources) in enumerate(workers.items(), start=1):
+                nodes[ip] = subprocess.Popen(
+                    [RAY, "start", "--block", f"--address=127.0.0.2:{port}",
+                     f"--node-ip-address={ip}", f"--resources={json.dumps(resources)}",
+                     *common, *node_ports_args(node_ports[5 * i:5 * i + 5])],
+                    env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                processes.append(nodes[ip])
+        yield f"127.0.0.2:{port}", env, nodes
     finally:
         for process in reversed(processes):
             _stop(process)
@@ -267,33 +281,69 @@ def _two_node_cluster(log: Path) -> Iterator[tuple[str, dict[str, str]]]:
         assert not any(left.values()), f"Ray processes outlived the cluster: {left}"
 
 
-def _cluster_driver(address: str, logdir: str) -> None:
-    """The cluster test's driver, in its own process (see the test for why)."""
+def _cluster_driver(address: str, logdir: str, nodes: str, max_env_steps: str) -> None:
+    """The cluster tests' driver, in its own process (see the tests for why): joins the
+    cluster once `nodes` nodes are alive, runs the program (with a learner that may
+    restart once, checkpointing every second), prints the result."""
     ray.init(address=address, _node_ip_address="127.0.0.2")
     deadline = time.monotonic() + 300
-    while sum(node["Alive"] for node in ray.nodes()) < 2:
-        assert time.monotonic() < deadline, "the second node did not join"
+    while sum(node["Alive"] for node in ray.nodes()) < int(nodes):
+        assert time.monotonic() < deadline, "the nodes did not join"
         time.sleep(0.5)
     ray.shutdown()  # only disconnects: run_ray joins by itself
-    result = run_ray(_experiment(Path(logdir), 3_000), address=address,
-                     node_ip_address="127.0.0.2")
+    experiment = dataclasses.replace(
+        _experiment(Path(logdir), int(max_env_steps)), learner_resource="learner_host",
+        checkpoint_every_s=1.0, max_node_restarts=1)
+    result = run_ray(experiment, address=address, node_ip_address="127.0.0.2")
     print("RESULT " + json.dumps({**dataclasses.asdict(result),
                                   "initialized": ray.is_initialized()}), flush=True)
 
 
-def test_two_node_cluster_spreads_runners(tmp_path):
+def _driver(address: str, env: dict[str, str], logdir: Path, nodes: int,
+            max_env_steps: int, out: Any) -> subprocess.Popen:
     # The driver runs in a subprocess: a driver that joins a cluster by address must have
     # RAY_AUTH_MODE=token in its environment when Ray loads its config (Ray enables token
     # auth by itself only for the clusters it starts or finds), and this process's Ray
     # config was loaded at import.
+    return subprocess.Popen(
+        [sys.executable, __file__, address, str(logdir), str(nodes), str(max_env_steps)],
+        env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _wait_for_learning(logdir: Path, driver: subprocess.Popen, driver_log: Path
+                       ) -> dict[str, dict]:
+    """The nodes once every node started, the learner has checkpointed and logged
+    learner steps after it."""
+    deadline = time.monotonic() + 600  # the program starting on a loaded machine
+    while True:
+        assert driver.poll() is None, driver_log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the learner did not learn and checkpoint"
+        checkpoints = logdir / "checkpoints" / "learner"
+        if ((logdir / "nodes.json").exists() and checkpoints.is_dir()
+                and any(checkpoints.glob("*.index"))
+                and (logdir / "learner.csv").exists()
+                and len((logdir / "learner.csv").read_text().splitlines()) > 3):
+            return _nodes(logdir)
+        time.sleep(0.2)
+
+
+def test_a_run_survives_losing_its_learners_machine(tmp_path):
+    # Three machines: a head, and two that can hold the learner and the replay (the
+    # resource `learner_host`). Once the learner has checkpointed, its machine goes as a
+    # preempted spot instance does (SIGKILL to its raylet and every process on it): the
+    # driver restarts the program on what is left, the learner from its checkpoint, and
+    # the run reaches its budget.
     logdir = tmp_path / "run"
     driver_log = tmp_path / "driver.log"
-    with _two_node_cluster(tmp_path / "cluster.log") as (address, env):
+    learner_hosts = {"127.0.0.3": {"learner_host": 2}, "127.0.0.4": {"learner_host": 2}}
+    with _cluster(tmp_path / "cluster.log", learner_hosts, num_cpus=2) as (address, env,
+                                                                           machines):
         with open(driver_log, "wb") as out:
-            driver = subprocess.Popen(
-                [sys.executable, __file__, address, str(logdir)], env=env, cwd=ROOT,
-                stdout=out, stderr=subprocess.STDOUT)
+            driver = _driver(address, env, logdir, 3, 6_000, out)
             try:
+                before = _wait_for_learning(logdir, driver, driver_log)
+                lost = before["learner"]["node_ip"]
+                os.killpg(machines[lost].pid, signal.SIGKILL)
                 driver.wait(600)
             finally:
                 if driver.poll() is None:
@@ -304,13 +354,19 @@ def test_two_node_cluster_spreads_runners(tmp_path):
     result = json.loads(output.split("RESULT ", 1)[1].splitlines()[0])
     assert not result["initialized"]  # disconnected; the cluster was the test's to stop
     assert "budget" in result["stop_reason"]
-    assert result["env_steps"] >= 3_000
-    assert result["learner_steps"] > 0
-    nodes = _nodes(logdir)
-    assert set(nodes) == NODES
-    runner_ips = {nodes[f"runner-{i}"]["node_ip"] for i in range(2)}
-    assert "127.0.0.3" in runner_ips, nodes
-    assert {n["node_ip"] for n in nodes.values()} <= {"127.0.0.2", "127.0.0.3"}
+    assert result["env_steps"] >= 6_000
+    assert result["restarts"] >= 1
+    # Before the loss the runners went to different machines (SPREAD), the replay and
+    # the learner to one with `learner_host`.
+    assert before["replay"]["node_ip"] == lost in learner_hosts
+    assert len({before[f"runner-{i}"]["node_ip"] for i in range(2)}) == 2, before
+    # After it, every node runs on the machines that are left, the learner on the other
+    # `learner_host`, restored from its checkpoint; the log says what the restart lost.
+    after = _nodes(logdir)
+    assert set(after) == NODES
+    assert lost not in {n["node_ip"] for n in after.values()}, after
+    assert after["learner"]["node_ip"] in learner_hosts
+    assert "restart 1 of 1" in output and "from its checkpoint at learner step" in output
 
 
 if __name__ == "__main__":

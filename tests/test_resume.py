@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -123,3 +124,22 @@ def test_checkpoints_carry_their_format_and_state_and_read_the_old_layout(tmp_pa
     assert counter.get_counts() == {"env_steps": 9} and clock.before_s == 0.0
     info = checkpointing.latest_checkpoint_info(tmp_path / "old")
     assert info.format == 0 and info.counts == {"env_steps": 9} and info.identity == {}
+
+
+def test_resume_if_checkpointed_resumes_only_a_logdir_with_a_learner_checkpoint(tmp_path):
+    # What a scheduler that runs a lost job again needs: one command for the first start
+    # and for every start after it.
+    from launch import cli
+    from seed_agents.utils.checkpointing import learner_directory
+
+    logdir = tmp_path / "run"
+    argv = ["train", "--agent", "vtrace", "--env", "gym:CartPole-v1", "--logdir", str(logdir),
+            "--resume-if-checkpointed"]
+    assert not cli.make_experiment(cli.build_parser().parse_args(argv)).resume
+    os.makedirs(learner_directory(str(logdir)))
+    # TF's CheckpointManager writes this state file last, once a checkpoint is complete.
+    (Path(learner_directory(str(logdir))) / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-1"\n')
+    assert cli.make_experiment(cli.build_parser().parse_args(argv)).resume
+    with pytest.raises(ValueError, match="continues the run in --logdir: name it"):
+        cli.make_experiment(cli.build_parser().parse_args(argv[:5] + argv[7:]))

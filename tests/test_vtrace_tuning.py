@@ -116,6 +116,7 @@ def test_defaults_leave_the_learner_as_it_was():
     ({"value_normalization_decay": 0.0}, "value_normalization_decay"),
     ({"kl_target": 0.0}, "kl_target must be > 0"),
     ({"kl_target": 0.01, "anneal_steps": 100}, "cannot both be set"),
+    ({"kl_target": 0.01, "anneal_over_budget": True}, "cannot both be set"),
     ({"min_learning_rate": 1e-2, "max_learning_rate": 1e-3}, "min_learning_rate"),
     ({"min_learning_rate": 0.0}, "min_learning_rate"),
     ({"kl_target": 0.01, "learning_rate": 0.1}, r"within \[min_learning_rate"),
@@ -471,3 +472,27 @@ def test_learner_folds_each_batchs_observations_into_the_networks_statistics(ser
     restored = _learner(_network(spec, config), batches, config)
     restored.restore(learner.save())
     assert restored._network.observation_normalizer.count.numpy() == len(seen)
+
+
+def test_a_schedule_without_anneal_steps_ends_with_the_run_budget():
+    config = VTraceConfig(unroll_length=10, batch_size=4, queue_size=8,
+                          anneal_over_budget=True)
+    # 40 agent steps per learner step: a 10,000-step budget is 250 learner steps.
+    assert config.for_budget(10_000).anneal_steps == 250
+    assert config.for_budget(10).anneal_steps == 1
+    explicit = VTraceConfig(unroll_length=10, batch_size=4, queue_size=8,
+                            anneal_over_budget=True, anneal_steps=7)
+    assert explicit.for_budget(10_000) == explicit
+    constant = VTraceConfig(unroll_length=10, batch_size=4, queue_size=8)
+    assert constant.for_budget(10_000) == constant  # nothing to anneal
+
+
+def test_train_anneals_a_preset_over_its_steps():
+    from launch import cli
+
+    args = cli.build_parser().parse_args(
+        ["train", "--agent", "vtrace", "--env", "gym:CartPole-v1", "--preset", "atari_ppo",
+         "--steps", "1024000"])
+    config = cli.make_experiment(args).builder.config
+    assert config.anneal_steps == 1024000 // (32 * 32)
+    assert config.final_learning_rate_fraction == 0.0

@@ -64,11 +64,15 @@ class VTraceConfig:
         reward density.
       anneal_steps: learner steps over which the learning rate and the entropy cost move
         linearly from `learning_rate` and `entropy_cost` to their final fractions, then
-        stay there (PPO's and APPO's Atari schedules); None keeps both constant.
+        stay there (PPO's and APPO's Atari schedules); None keeps both constant (unless
+        `anneal_over_budget`).
       final_learning_rate_fraction: the learning rate at `anneal_steps`, as a fraction of
         `learning_rate` (0: annealed to zero, as CleanRL's PPO does over its budget).
       final_entropy_fraction: the entropy cost at `anneal_steps`, as a fraction of
         `entropy_cost` (1: not annealed).
+      anneal_over_budget: with `anneal_steps` None, the schedule ends with the run's step
+        budget, whatever it is: `for_budget`, which `train` and the benchmarks call with
+        the budget, sets `anneal_steps` (a preset cannot know the budget).
       precision: "float32"; "bfloat16" computes the torso in bfloat16 (variables, core,
         heads and losses stay float32; see `seed_agents.agents.torsos.PRECISIONS`): ~40%
         less CPU per frame for a pixel torso on hardware with native bfloat16, ~8x more
@@ -135,6 +139,7 @@ class VTraceConfig:
     anneal_steps: int | None = None
     final_learning_rate_fraction: float = 0.0
     final_entropy_fraction: float = 1.0
+    anneal_over_budget: bool = False
     precision: str = "float32"
     value_normalization: str | None = None
     value_normalization_decay: float = 0.99
@@ -145,6 +150,15 @@ class VTraceConfig:
     num_minibatches: int = 1
     observation_normalization: bool = False
     observation_clip: float = 5.0
+
+    def for_budget(self, env_steps: int) -> VTraceConfig:
+        """This config for a run of `env_steps` agent steps: with `anneal_over_budget`
+        and no `anneal_steps`, the schedule ends with the budget (each learner step
+        consumes `batch_size * unroll_length` agent steps)."""
+        if self.anneal_steps is not None or not self.anneal_over_budget:
+            return self
+        steps = max(1, env_steps // (self.batch_size * self.unroll_length))
+        return dataclasses.replace(self, anneal_steps=steps)
 
     def __post_init__(self):
         if self.learning_rate <= 0:
@@ -190,9 +204,10 @@ class VTraceConfig:
         if self.kl_target is not None:
             if self.kl_target <= 0:
                 raise ValueError(f"kl_target must be > 0 or None, got {self.kl_target}.")
-            if self.anneal_steps is not None:
+            if self.anneal_steps is not None or self.anneal_over_budget:
                 raise ValueError(
-                    "kl_target and anneal_steps cannot both be set: each one sets the "
+                    "kl_target and a schedule (anneal_steps, anneal_over_budget) cannot both "
+                    "be set: each one sets the "
                     "learning rate (adaptively on the KL, or on a schedule); choose one.")
         if not 0.0 < self.min_learning_rate <= self.max_learning_rate:
             raise ValueError(

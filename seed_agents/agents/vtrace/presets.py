@@ -67,6 +67,7 @@ ATARI_PPO: tuple[str, ...] = (
     "reward_clip=1.0",
     "max_gradient_norm=0.5",
     "final_learning_rate_fraction=0.0",
+    "anneal_over_budget=True",
 )
 """Atari with the settings of the sample-efficient anchors (CleanRL's `ppo_atari.py`).
 
@@ -75,8 +76,8 @@ and takes 4 gradient steps on them (PPO's epochs; every unroll is sampled once f
 queue, and V-trace with lambda 0.95 plays GAE's part while correcting for the policy lag
 of the queue), with Adam at 2.5e-4 annealed linearly to 0, entropy 0.01, PPO's clip 0.1,
 value and advantage scale as in PPO (normalized advantages, value cost 0.5, gradients
-clipped to norm 0.5) and clipped rewards. `anneal_steps` depends on the frame budget:
-`anneal_steps_for(frames)` gives it (`benchmarks/learn_pong.py` sets it). About 4x the
+clipped to norm 0.5) and clipped rewards. The schedule ends with the run's budget
+(`VTraceConfig.for_budget`, which `train` and the benchmarks apply). About 4x the
 learner CPU per frame of `ATARI_CPU` (4 passes over each sample instead of 2 on half).
 Not yet run to its 13M-frame budget on this project's machines: see the README.
 """
@@ -120,12 +121,6 @@ VTRACE_PRESETS: dict[str, tuple[str, ...]] = {
     "minatar": MINATAR,
 }
 """The presets by the name `--preset` takes."""
-
-
-def anneal_steps_for(frames: int, config: VTraceConfig, action_repeat: int = 4) -> int:
-    """Learner steps that consume `frames` emulator frames: `anneal_steps` for a budget."""
-    env_steps_per_learner_step = config.batch_size * config.unroll_length
-    return max(1, frames // (action_repeat * env_steps_per_learner_step))
 
 
 def atari_cpu() -> VTraceConfig:
