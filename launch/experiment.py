@@ -245,6 +245,15 @@ class Experiment:
             check_same_run(self)
 
 
+def client_credentials(experiment: Experiment) -> dict[str, Any]:
+    """What a client of the learner's services (a runner, the evaluator, the step limiter)
+    needs to be let in: the run's token, and TLS to trust (no key)."""
+    tls = experiment.tls
+    if tls is not None:
+        tls = dataclasses.replace(tls, key=None)  # the private key stays with the learner
+    return {"auth_token": experiment.inference_token, "tls": tls}
+
+
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     """What a finished run reports.

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from launch.experiment import Experiment, RunResult
+from launch.experiment import Experiment, RunResult, client_credentials
 from seed_agents.utils.counting import (
     Figures,
     RateReporter,
@@ -311,7 +311,6 @@ class _FollowingControl:
 
     def status(self) -> dict[str, Any]:
         from launch.control import ControlClient
-        from launch.nodes import client_credentials
 
         address = self._address()
         if self._client is None or self._client.address != address:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from launch.experiment import Experiment
+from launch.experiment import Experiment, client_credentials
 from launch.limiter import rates_every_s
 from launch.program import Node, NodeContext, Program
 
@@ -166,15 +166,6 @@ def control_service(experiment: Experiment, status: Callable[[], dict[str, Any]]
     return ControlService(status, variables, address=address,
                           auth_token=experiment.inference_token,
                           server_credentials=tls.server_credentials() if tls else None)
-
-
-def client_credentials(experiment: Experiment) -> dict[str, Any]:
-    """What a client of the learner's services (a runner, the evaluator, the step limiter)
-    needs to be let in: the run's token, and TLS to trust (no key)."""
-    tls = experiment.tls
-    if tls is not None:
-        tls = dataclasses.replace(tls, key=None)  # the private key stays with the learner
-    return {"auth_token": experiment.inference_token, "tls": tls}
 
 
 def learner_checkpointer(experiment: Experiment, learner: Any, counter: Any,

@@ -63,7 +63,7 @@ class ControlHandle:
 
     def dereference(self, **credentials: Any) -> Any:
         """The local control, or a `ControlClient` with `credentials` (`auth_token`,
-        `tls`: see `launch.nodes.client_credentials`): a handle is an address and
+        `tls`: see `launch.experiment.client_credentials`): a handle is an address and
         carries no secret."""
         if self.local is not None:
             return self.local

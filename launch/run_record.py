@@ -23,17 +23,29 @@ import datetime
 import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from seed_agents.utils.checkpointing import CHECKPOINT_FORMAT, write_json_atomically
-
-if TYPE_CHECKING:
-    from launch.experiment import Experiment
 
 RUN_RECORD_FORMAT = 1
 RUN_FILE = "run.json"
 # Experiment fields that are not settings of the run (or recorded apart).
 _NOT_SETTINGS = ("builder", "environment", "network_factory", "logdir", "resume")
+
+
+class RecordedExperiment(Protocol):
+    """What this module reads of a `launch.experiment.Experiment`, a dataclass whose other
+    fields are recorded as settings. A protocol, not an import of `launch.experiment`:
+    that module imports this one (`Experiment.check_checkpoints`)."""
+
+    builder: Any
+    environment: Any
+    network_factory: Any
+    logdir: str | None
+    resume: bool
+
+    @property
+    def identity(self) -> dict[str, Any]: ...
 
 
 def run_record_path(logdir: str | os.PathLike[str]) -> str:
@@ -89,7 +101,7 @@ class RunRecord:
     format: int = RUN_RECORD_FORMAT
 
     @classmethod
-    def of(cls, experiment: Experiment) -> RunRecord:
+    def of(cls, experiment: RecordedExperiment) -> RunRecord:
         builder = experiment.builder
         config = getattr(builder, "config", None)
         if dataclasses.is_dataclass(config):
@@ -198,7 +210,7 @@ def read_run_record(logdir: str | os.PathLike[str]) -> RunRecord:
     return RunRecord.from_json(data, path)
 
 
-def check_same_run(experiment: Experiment) -> None:
+def check_same_run(experiment: RecordedExperiment) -> None:
     """Raises ValueError, naming what differs, when `experiment` would resume a run of
     another agent or environment than its logdir's `run.json` records (a logdir without
     one, from before records, is not checked). Changes nothing on disk."""
@@ -216,7 +228,7 @@ def check_same_run(experiment: Experiment) -> None:
             "choose another logdir. Nothing was changed.")
 
 
-def write_run_record(experiment: Experiment) -> RunRecord | None:
+def write_run_record(experiment: RecordedExperiment) -> RunRecord | None:
     """Writes `<logdir>/run.json` for a run that starts (a resumed one keeps its earlier
     start times); None without a logdir. Call after `check_checkpoints`."""
     if not experiment.logdir:

@@ -245,7 +245,8 @@ def test_control_service_answers_the_runs_token_only(tls, request):
 
 def test_the_learners_control_service_takes_the_runs_token():
     from launch.control import ControlClient
-    from launch.nodes import client_credentials, control_service
+    from launch.experiment import client_credentials
+    from launch.nodes import control_service
 
     experiment = Experiment(VTraceBuilder(), ENV)
     credentials = client_credentials(experiment)
