@@ -50,16 +50,45 @@ def measure_cartpole(seconds: float = 1.0) -> float:
     return steps / (now - start)
 
 
+def _nature_cnn_forward():
+    """The Nature DQN torso (Mnih et al. 2015) in float32, as a function [B, 84, 84, 4]
+    uint8 -> [B, 512]: frames scaled to [0, 1], convolutions 32x8x8 stride 4, 64x4x4
+    stride 2 and 64x3x3 stride 1 (valid padding, ReLU; 84 -> 20 -> 9 -> 7), flattened
+    (3,136 features), one ReLU layer of 512 units.
+
+    Defined here, not taken from the agents' torsos, so that the reference stays the same
+    work per forward pass whatever the project's torsos become; it is the layers the
+    agents' "nature_cnn" torso with `hidden_sizes=(512,)` had when it was written.
+    """
+    import tensorflow as tf
+
+    layers = [
+        tf.keras.layers.Conv2D(32, 8, strides=4, activation="relu",
+                               kernel_initializer="he_uniform"),
+        tf.keras.layers.Conv2D(64, 4, strides=2, activation="relu",
+                               kernel_initializer="he_uniform"),
+        tf.keras.layers.Conv2D(64, 3, strides=1, activation="relu",
+                               kernel_initializer="he_uniform"),
+        tf.keras.layers.Flatten(),
+        tf.keras.layers.Dense(512, activation="relu"),
+    ]
+
+    def forward(frames: tf.Tensor) -> tf.Tensor:
+        x = tf.cast(frames, tf.float32) / 255.0
+        for layer in layers:
+            x = layer(x)
+        return x
+
+    return tf.function(forward)
+
+
 def measure_nature_cnn(seconds: float = 1.0, batch: int = 64) -> float:
     """Nature-CNN float32 forward passes on [batch, 84, 84, 4] uint8, observations/s
     (TensorFlow's thread pools as the process has them)."""
     import numpy as np
     import tensorflow as tf
 
-    from seed_agents.agents.torsos import embed, make_torso
-
-    conv, mlp = make_torso("nature_cnn", [512], "float32")
-    forward = tf.function(lambda x: embed(conv, x, mlp))
+    forward = _nature_cnn_forward()
     frames = tf.constant(np.random.default_rng(0).integers(0, 256, (batch, 84, 84, 4),
                                                            dtype=np.uint8))
     for _ in range(3):  # trace and warm the kernels
