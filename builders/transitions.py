@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from builders.base import AgentBuilder
 from seed_agents import core
-from seed_agents.agents.replay_config import TransitionReplayConfig
+from seed_agents.agents.common.replay_config import TransitionReplayConfig
 from seed_agents.envs.action_scaling import is_canonical
 from seed_agents.replay import (
     NStepTransitionAdder,

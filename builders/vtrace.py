@@ -9,7 +9,7 @@ import reverb
 
 from builders.base import AgentBuilder, require_discrete_actions
 from seed_agents import core
-from seed_agents.agents.torsos import check_torso_observation
+from seed_agents.agents.common.torsos import check_torso_observation
 from seed_agents.agents.vtrace.acting import VTracePolicy
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.agents.vtrace.learning import VTraceLearner

@@ -332,7 +332,7 @@ class _GaussianPolicy:
 def test_a_custom_agent_writes_unrolls_of_float_actions():
     from builders.base import AgentBuilder
     from seed_agents import core
-    from seed_agents.agents.batches import Batches
+    from seed_agents.agents.common.batches import Batches
     from seed_agents.replay import make_dataset, queue_table, unroll_signature
 
     class Counting(core.Learner):

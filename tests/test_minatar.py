@@ -12,8 +12,8 @@ import tensorflow as tf
 
 from builders.r2d2 import R2D2Builder
 from builders.vtrace import VTraceBuilder
+from seed_agents.agents.common.torsos import TORSOS, check_torso_observation, embed
 from seed_agents.agents.r2d2.config import R2D2Config
-from seed_agents.agents.torsos import TORSOS, check_torso_observation, embed
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.agents.vtrace.networks import PolicyValueNetwork
 from seed_agents.envs import make_environment

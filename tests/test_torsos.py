@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from seed_agents.agents.common.torsos import TORSOS, ResidualBlock, embed
 from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.agents.r2d2.networks import RecurrentQNetwork
-from seed_agents.agents.torsos import TORSOS, ResidualBlock, embed
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.agents.vtrace.networks import PolicyValueNetwork
 

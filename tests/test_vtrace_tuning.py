@@ -19,7 +19,7 @@ import tensorflow as tf
 import tree
 
 from builders.vtrace import VTraceBuilder
-from seed_agents.agents.observation_normalization import ObservationNormalizer
+from seed_agents.agents.common.observation_normalization import ObservationNormalizer
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.agents.vtrace.learning import (
     VTraceLearner,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from seed_agents.agents.common.feedforward_policy import FeedForwardPolicy
 from seed_agents.agents.cql.networks import QNetwork
-from seed_agents.agents.feedforward_policy import FeedForwardPolicy
 from seed_agents.specs import EnvironmentSpec
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from seed_agents.agents.continuous_networks import flatten_observation, mlp, run
+from seed_agents.agents.common.continuous_networks import flatten_observation, mlp, run
 
 
 class QNetwork(tf.Module):

@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 from dm_env import specs
 
-from seed_agents.agents.policy_inputs import (
+from seed_agents.agents.common.policy_inputs import (
     random_generator,
     step_signature,
     to_numpy,

@@ -9,7 +9,7 @@ import tensorflow as tf
 import tree
 
 from seed_agents import core
-from seed_agents.agents.batches import Batches
+from seed_agents.agents.common.batches import Batches
 from seed_agents.agents.vtrace import losses
 from seed_agents.agents.vtrace.acting import POLICY_VERSION
 from seed_agents.agents.vtrace.config import VTraceConfig

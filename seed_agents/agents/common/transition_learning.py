@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from seed_agents import core
-from seed_agents.agents.batches import Batches
+from seed_agents.agents.common.batches import Batches
 from seed_agents.replay.stats import SamplesPerInsert
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import Logger, NoOpLogger
