@@ -496,8 +496,8 @@ def measure_training(config, runners: int, k: int, warmup_s: float, duration_s: 
     tracing the learner take what they take on this machine) and the run is stopped
     `duration_s` later; `startup_s` only bounds how long the first step may take.
     """
+    from launch.backends.inprocess import run_inprocess
     from launch.experiment import Experiment
-    from launch.inprocess import run_inprocess
 
     # All environments start together and unrolls have a fixed length, so they complete in
     # bursts of one per environment; a queue that cannot take a whole burst blocks the

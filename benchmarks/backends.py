@@ -25,10 +25,10 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from builders.vtrace import VTraceBuilder  # noqa: E402
-from launch.cli import parse_overrides  # noqa: E402
+from launch.backends.inprocess import run_inprocess  # noqa: E402
+from launch.backends.local_mp import run_local_mp  # noqa: E402
+from launch.commands.cli import parse_overrides  # noqa: E402
 from launch.experiment import Experiment, RunResult  # noqa: E402
-from launch.inprocess import run_inprocess  # noqa: E402
-from launch.local_mp import run_local_mp  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
 from seed_agents.utils.reference import machine_report  # noqa: E402
 
@@ -50,7 +50,7 @@ def run_backend(name: str, experiment: Experiment, root: str) -> tuple[float, Ru
     elif name == "local_mp":
         result = run_local_mp(experiment)
     else:
-        from launch.ray_backend import run_ray
+        from launch.backends.ray import run_ray
 
         result = run_ray(experiment, node_ip_address="127.0.0.2")
     rate = steady_rate(logdir, experiment.max_env_steps)

@@ -16,9 +16,9 @@ import statistics
 import sys
 
 from builders.vtrace import VTraceBuilder
-from launch.cli import parse_overrides
+from launch.backends.inprocess import run_inprocess
+from launch.commands.cli import parse_overrides
 from launch.experiment import Experiment
-from launch.inprocess import run_inprocess
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.envs.random_play import random_return
 from seed_agents.utils.reference import machine_report

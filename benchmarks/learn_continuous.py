@@ -73,8 +73,8 @@ def run_seed(agent: str, seed: int, args: argparse.Namespace, threads: int) -> d
     os.environ["SEED_AGENTS_TF_THREADS"] = str(threads)
     import tensorflow as tf
 
+    from launch.backends.inprocess import run_inprocess
     from launch.experiment import Experiment
-    from launch.inprocess import run_inprocess
 
     builder = _builder(agent, [o.split(":", 1)[1] for o in args.overrides
                                if o.startswith(f"{agent}:")])

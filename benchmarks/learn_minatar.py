@@ -214,9 +214,9 @@ def _wall_so_far(logdir: str) -> float:
 def run_seed(args: argparse.Namespace, game: str, seed: int,
              deadline: float) -> dict[str, Any] | None:
     """Trains (or resumes) one seed; its figures, or None when `deadline` stopped it."""
-    from launch.evaluation import evaluate
+    from launch.backends.local_mp import run_local_mp
+    from launch.commands.evaluation import evaluate
     from launch.experiment import Experiment
-    from launch.local_mp import run_local_mp
     from launch.restore import load_run
     from seed_agents.utils.checkpointing import find_checkpoint, learner_directory
 

@@ -38,17 +38,17 @@ import numpy as np
 from builders.bc import BCBuilder
 from builders.cql import CQLBuilder
 from builders.vtrace import VTraceBuilder
-from launch.cli import AGENTS
-from launch.evaluation import play_episode
+from launch.backends.inprocess import run_inprocess
+from launch.backends.offline import run_offline
+from launch.commands.cli import AGENTS
+from launch.commands.recording import record_episodes
 from launch.experiment import Experiment
-from launch.inprocess import run_inprocess
-from launch.offline import run_offline
-from launch.recording import record_episodes
 from launch.restore import load_run
 from seed_agents.actors import PolicyActor
 from seed_agents.agents.bc.config import BCConfig
 from seed_agents.agents.cql.config import CQLConfig
 from seed_agents.agents.vtrace.config import VTraceConfig
+from seed_agents.environment_loop import play_episode
 from seed_agents.envs import environment_factory
 from seed_agents.utils.reference import machine_report
 

@@ -38,8 +38,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 from builders.vtrace import VTraceBuilder  # noqa: E402
+from launch.backends.local_mp import run_local_mp  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
-from launch.local_mp import run_local_mp  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
 from seed_agents.envs.atari import ATARI_PROTOCOLS, protocol_env_id  # noqa: E402
 from seed_agents.envs.random_play import random_return  # noqa: E402

@@ -21,9 +21,9 @@ import statistics
 import sys
 
 from builders.r2d2 import R2D2Builder
-from launch.cli import parse_overrides
+from launch.backends.inprocess import run_inprocess
+from launch.commands.cli import parse_overrides
 from launch.experiment import Experiment, RunResult
-from launch.inprocess import run_inprocess
 from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.utils.reference import machine_report
 

@@ -99,8 +99,8 @@ def main() -> None:
                 else max(args.minutes * 6, 2 * args.sample_s))
 
     from builders.vtrace import VTraceBuilder
+    from launch.backends.local_mp import run_local_mp
     from launch.experiment import Experiment
-    from launch.local_mp import run_local_mp
     from seed_agents.agents.vtrace.config import VTraceConfig
     from seed_agents.utils.reference import machine_report
 

@@ -1,7 +1,7 @@
 """What agents that learn only from a recorded dataset share: transitions in a uniform
 table, filled from the dataset (`seed_agents.datasets.replay.load_replay`), no acting.
 
-`seed-agents train --agent bc|cql --dataset DATASET` runs them (`launch.offline`): the
+`seed-agents train --agent bc|cql --dataset DATASET` runs them (`launch.backends.offline`): the
 dataset's episodes go through `make_adder` (the inference server's n-step transition
 adder) into `make_replay_tables`' table, the learner samples it, and evaluation episodes
 act with `make_policy(evaluation=True)`.

@@ -28,8 +28,8 @@ import shlex
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is first imported
 
 from builders.vtrace import VTraceBuilder  # noqa: E402
+from launch.backends.local_mp import run_local_mp  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
-from launch.local_mp import run_local_mp  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
 from seed_agents.agents.vtrace.presets import atari_cpu  # noqa: E402
 

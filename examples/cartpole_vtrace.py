@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 
 from builders.vtrace import VTraceBuilder
+from launch.backends.inprocess import run_inprocess
 from launch.experiment import Experiment
-from launch.inprocess import run_inprocess
 from seed_agents.agents.vtrace.config import VTraceConfig
 
 

@@ -18,8 +18,8 @@ import tensorflow as tf
 from dm_env import specs
 
 from builders.base import AgentBuilder
+from launch.backends.inprocess import run_inprocess
 from launch.experiment import Experiment
-from launch.inprocess import run_inprocess
 from seed_agents import core
 from seed_agents.replay import make_dataset, queue_table, unroll_signature
 from seed_agents.replay import unrolls as u

@@ -85,7 +85,7 @@ class Experiment:
         disconnects loses its running episode. Central inference only.
       dataset: a recorded dataset to learn from instead of acting (offline): its
         episodes fill the agent's replay tables, no runner starts, and
-        `max_learner_steps` is the budget (`launch.offline.run_offline`).
+        `max_learner_steps` is the budget (`launch.backends.offline.run_offline`).
       max_learner_steps: the learner-step budget of an offline run.
 
     A run with a logdir records this experiment in `<logdir>/run.json` as it starts

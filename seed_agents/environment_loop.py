@@ -1,8 +1,10 @@
-"""The actor-environment loop, stoppable from another thread through an event."""
+"""The actor-environment loop, stoppable from another thread through an event, and
+`play_episode`: one episode, optionally filmed (evaluation, offline runs)."""
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import dm_env
 
@@ -58,3 +60,22 @@ class EnvironmentLoop:
             result = self.run_episode()
             episodes += 1
             steps += int(result["episode_length"])
+
+
+def play_episode(env: Any, actor: Any, frame: Any = None, writer: Any = None,
+                 max_steps: int | None = None) -> tuple[float, int]:
+    """One episode; with a writer, a frame after the reset and after every step."""
+    timestep = env.reset()
+    actor.observe_first(timestep)
+    if writer is not None:
+        writer.write(frame())
+    episode_return, length = 0.0, 0
+    while not timestep.last() and (max_steps is None or length < max_steps):
+        action = actor.select_action(timestep.observation)
+        timestep = env.step(action)
+        actor.observe(action, next_timestep=timestep)
+        episode_return += float(timestep.reward or 0.0)
+        length += 1
+        if writer is not None:
+            writer.write(frame())
+    return episode_return, length

@@ -17,11 +17,11 @@ import tensorflow as tf
 
 from builders.r2d2 import R2D2Builder
 from builders.vtrace import VTraceBuilder
-from launch import cli
+from launch.backends.inprocess import run_inprocess
+from launch.commands import cli
+from launch.commands.export import METADATA_FILE, ONNX_FILE, export_policy
+from launch.commands.plotting import continued, plot_runs
 from launch.experiment import Experiment
-from launch.export import METADATA_FILE, ONNX_FILE, export_policy
-from launch.inprocess import run_inprocess
-from launch.plotting import continued, plot_runs
 from launch.restore import load_run
 from launch.run_record import read_run_record
 from seed_agents.agents.r2d2.config import R2D2Config
@@ -66,7 +66,7 @@ def _env() -> dict:
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launch.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "launch.commands.cli", *args], capture_output=True,
                           text=True, env=_env(), cwd=ROOT if cwd is None else cwd, timeout=600)
 
 
@@ -118,7 +118,7 @@ def test_eval_plays_greedy_episodes_prints_and_writes_statistics_and_a_video(vtr
 
 
 def test_eval_in_process_matches_the_toolkit_policy_and_defaults_to_the_run_dir(vtrace_run):
-    from launch.evaluation import default_results_path, evaluate, write_results
+    from launch.commands.evaluation import default_results_path, evaluate, write_results
 
     logdir, _, _ = vtrace_run
     run = load_run(logdir, cli.AGENTS)

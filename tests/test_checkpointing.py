@@ -21,8 +21,8 @@ import reverb
 import tensorflow as tf
 
 from builders.vtrace import VTraceBuilder
+from launch.backends.local_mp import run_local_mp
 from launch.experiment import Experiment
-from launch.local_mp import run_local_mp
 from seed_agents import core
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.envs import environment_factory
@@ -283,7 +283,7 @@ import sys
 
 from builders.r2d2 import R2D2Builder
 from launch.experiment import Experiment
-from launch.local_mp import run_local_mp
+from launch.backends.local_mp import run_local_mp
 from seed_agents.agents.r2d2.config import R2D2Config
 
 if __name__ == "__main__":

@@ -18,9 +18,9 @@ from dm_env import specs
 from builders.d4pg import D4PGBuilder
 from builders.sac import SACBuilder
 from builders.vtrace import VTraceBuilder
-from launch import cli
+from launch.backends.inprocess import run_inprocess
+from launch.commands import cli
 from launch.experiment import Experiment
-from launch.inprocess import run_inprocess
 from seed_agents.agents.d4pg.config import D4PGConfig
 from seed_agents.agents.d4pg.learning import D4PGLearner
 from seed_agents.agents.d4pg.networks import D4PGNetworks, categorical_projection
@@ -293,7 +293,7 @@ def test_sac_trains_as_local_processes_from_the_command_line(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", SEED_AGENTS_TF_THREADS="1",
                PYTHONPATH=str(root))
     out = subprocess.run(
-        [sys.executable, "-m", "launch.cli", "train", "--agent", "sac", "--env",
+        [sys.executable, "-m", "launch.commands.cli", "train", "--agent", "sac", "--env",
          "gym:Pendulum-v1", "--backend", "local_mp", "--steps", "800", "--logdir",
          str(tmp_path / "run"), "--log-every-s", "1",
          *(f"--set={o}" for o in ("actor_hidden_sizes=32,32", "critic_hidden_sizes=32,32",

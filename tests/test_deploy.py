@@ -155,7 +155,7 @@ def test_rayjob_pins_one_ray_version_everywhere():
 
 @pytest.fixture(scope="module")
 def cli():
-    return importlib.import_module("launch.cli")  # must import: it is the entry point
+    return importlib.import_module("launch.commands.cli")  # must import: it is the entry point
 
 
 def test_seed_agents_is_the_cli_entry_point(cli):
@@ -165,7 +165,7 @@ def test_seed_agents_is_the_cli_entry_point(cli):
     for line in setup["options.entry_points"]["console_scripts"].strip().splitlines():
         name, _, target = line.partition("=")
         scripts[name.strip()] = target.strip()
-    assert scripts.get("seed-agents") == "launch.cli:main"
+    assert scripts.get("seed-agents") == "launch.commands.cli:main"
     assert callable(cli.main) and callable(cli.build_parser)
 
 

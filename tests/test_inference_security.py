@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from builders.vtrace import VTraceBuilder
-from launch import cli
+from launch.commands import cli
 from launch.experiment import Experiment
 from launch.nodes import inference_service, make_program
 from seed_agents.inference.grpc_service import InferenceService

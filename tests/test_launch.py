@@ -13,9 +13,9 @@ import pytest
 import reverb
 
 from builders.vtrace import VTraceBuilder
-from launch import cli
+from launch.backends.inprocess import run_inprocess
+from launch.commands import cli
 from launch.experiment import Experiment
-from launch.inprocess import run_inprocess
 from launch.nodes import make_program, start_replay
 from seed_agents.agents.vtrace.config import VTraceConfig
 
@@ -193,11 +193,11 @@ def test_cli_overrides_parse_and_fail_clearly():
 
 
 def test_cli_help_and_bad_input():
-    out = subprocess.run([sys.executable, "-m", "launch.cli", "train", "--help"],
+    out = subprocess.run([sys.executable, "-m", "launch.commands.cli", "train", "--help"],
                          capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=600)
     assert out.returncode == 0
     assert "--envs-per-runner" in out.stdout and "learning_rate=" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "launch.cli", "train", "--set", "nope=1"],
+    out = subprocess.run([sys.executable, "-m", "launch.commands.cli", "train", "--set", "nope=1"],
                          capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=600)
     assert out.returncode == 2
     assert "no field 'nope'" in out.stderr
@@ -206,7 +206,7 @@ def test_cli_help_and_bad_input():
 def test_cli_trains_and_prints_a_summary(tmp_path):
     logdir = tmp_path / "run"
     out = subprocess.run(
-        [sys.executable, "-m", "launch.cli", "train", "--env", "gym:CartPole-v1",
+        [sys.executable, "-m", "launch.commands.cli", "train", "--env", "gym:CartPole-v1",
          "--runners", "2", "--envs-per-runner", "4", "--steps", "2000", "--logdir", str(logdir),
          "--set", "unroll_length=5", "--set", "batch_size=4", "--set", "queue_size=16"],
         capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=600,
@@ -235,7 +235,7 @@ def test_pong_example_prints_the_command_line_of_the_same_run():
     import importlib.util
     import shlex
 
-    from launch.cli import build_parser, make_experiment
+    from launch.commands.cli import build_parser, make_experiment
 
     spec = importlib.util.spec_from_file_location("atari_pong", ROOT / "examples" / "atari_pong.py")
     pong = importlib.util.module_from_spec(spec)
@@ -258,7 +258,7 @@ def test_pong_example_prints_the_command_line_of_the_same_run():
 
 
 def test_cli_rejects_a_preset_its_agent_lacks(capsys):
-    from launch.cli import main
+    from launch.commands.cli import main
 
     assert main(["train", "--agent", "r2d2", "--preset", "atari_cpu"]) == 2
     assert "--agent r2d2 has no preset 'atari_cpu'" in capsys.readouterr().err

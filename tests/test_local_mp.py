@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from builders.vtrace import VTraceBuilder
+from launch.backends.local_mp import NodeFailedError, _Supervisor, run_local_mp
 from launch.experiment import Experiment
-from launch.local_mp import NodeFailedError, _Supervisor, run_local_mp
 from launch.program import Node, Program
 from seed_agents.agents.vtrace.config import VTraceConfig
 
@@ -115,7 +115,7 @@ def test_a_dead_learner_stops_the_program_with_a_clear_error(tmp_path):
 def test_ctrl_c_stops_every_node_within_ten_seconds(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
     process = subprocess.Popen(
-        [sys.executable, "-m", "launch.cli", "train", "--backend", "local_mp",
+        [sys.executable, "-m", "launch.commands.cli", "train", "--backend", "local_mp",
          "--runners", "2", "--envs-per-runner", "4", "--steps", "100000000",
          "--logdir", str(tmp_path), "--set", "unroll_length=5", "--set", "batch_size=4",
          "--set", "queue_size=16"],
@@ -146,7 +146,7 @@ def test_a_signal_to_the_parent_alone_stops_every_node(tmp_path, signum):
     # which Python then leaves ignored. Only the parent is signalled, not its group.
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
     process = subprocess.Popen(
-        ["sh", "-c", 'trap "" INT; exec "$@"', "sh", sys.executable, "-m", "launch.cli",
+        ["sh", "-c", 'trap "" INT; exec "$@"', "sh", sys.executable, "-m", "launch.commands.cli",
          "train", "--backend", "local_mp", "--runners", "1", "--envs-per-runner", "4",
          "--steps", "100000000", "--evaluate-every-s", "0", "--logdir", str(tmp_path),
          "--set", "unroll_length=5", "--set", "batch_size=4", "--set", "queue_size=16"],
@@ -308,7 +308,7 @@ def test_max_node_restarts_needs_checkpoints():
 
 
 def test_inprocess_refuses_learner_restarts(tmp_path):
-    from launch.inprocess import run_inprocess
+    from launch.backends.inprocess import run_inprocess
 
     experiment = _experiment(tmp_path, 1_000, max_node_restarts=1)
     with pytest.raises(ValueError, match="local_mp and ray backends; inprocess does not"):

@@ -158,7 +158,7 @@ def test_minatar_torso_on_other_observations_is_refused_before_anything_starts(b
 
 
 def _preset_experiment(agent: str, *extra: str):
-    from launch.cli import build_parser, make_experiment
+    from launch.commands.cli import build_parser, make_experiment
 
     return make_experiment(build_parser().parse_args(
         ["train", "--agent", agent, "--env", "minatar:breakout", "--preset", "minatar",
@@ -176,7 +176,7 @@ def test_each_agent_has_a_minatar_preset_with_the_papers_network(agent):
 def test_agents_learn_from_minatar_planes_through_central_inference(agent, tmp_path):
     import io
 
-    from launch.inprocess import run_inprocess
+    from launch.backends.inprocess import run_inprocess
 
     small = {"vtrace": ["--set", "batch_size=4", "--set", "queue_size=8",
                         "--set", "unroll_length=8"],

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from builders.vtrace import VTraceBuilder
+from launch.backends.inprocess import run_inprocess
+from launch.backends.local_mp import run_local_mp
 from launch.experiment import Experiment, RunResult
-from launch.inprocess import run_inprocess
 from launch.limiter import SUMMARY_RATES, program_rates, program_status
-from launch.local_mp import run_local_mp
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.envs import environment_factory
 from seed_agents.inference.batcher import DynamicBatcher

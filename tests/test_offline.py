@@ -14,10 +14,10 @@ import pytest
 from builders.bc import BCBuilder
 from builders.cql import CQLBuilder
 from builders.sac import SACBuilder
-from launch import cli
+from launch.backends.inprocess import run_inprocess
+from launch.backends.offline import run_offline
+from launch.commands import cli
 from launch.experiment import Experiment
-from launch.inprocess import run_inprocess
-from launch.offline import run_offline
 from seed_agents.agents.bc.config import BCConfig
 from seed_agents.agents.cql.config import CQLConfig
 from seed_agents.agents.sac.config import SACConfig

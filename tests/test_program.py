@@ -11,9 +11,9 @@ import time
 import pytest
 
 from builders.vtrace import VTraceBuilder
+from launch.backends.inprocess import run_inprocess
+from launch.backends.local_mp import run_local_mp
 from launch.experiment import Experiment
-from launch.inprocess import run_inprocess
-from launch.local_mp import run_local_mp
 from launch.nodes import make_program
 from seed_agents.agents.vtrace.config import VTraceConfig
 

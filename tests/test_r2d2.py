@@ -17,9 +17,9 @@ import tree
 from dm_env import specs
 
 from builders.r2d2 import R2D2Builder
+from launch.backends.inprocess import run_inprocess
+from launch.backends.local_mp import run_local_mp
 from launch.experiment import Experiment
-from launch.inprocess import run_inprocess
-from launch.local_mp import run_local_mp
 from seed_agents.agents.r2d2.acting import R2D2Policy, apex_epsilons
 from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.agents.r2d2.learning import sequence_priorities
@@ -396,7 +396,7 @@ def test_r2d2_resumes_its_learner_target_network_and_replay(tmp_path):
 def test_r2d2_trains_on_ray(tmp_path, monkeypatch):
     # Ray workers inherit this environment (through the raylet): one TF thread per pool.
     monkeypatch.setenv("SEED_AGENTS_TF_THREADS", "1")
-    from launch.ray_backend import run_ray
+    from launch.backends.ray import run_ray
 
     result = run_ray(_experiment(tmp_path, evaluate_every_s=1.0),
                      node_ip_address="127.0.0.2", num_cpus=5)

@@ -31,10 +31,10 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from builders.vtrace import VTraceBuilder  # noqa: E402
-from launch import cli  # noqa: E402
+from launch.backends.ray import NAMESPACE, run_ray  # noqa: E402
+from launch.commands import cli  # noqa: E402
 from launch.control import ControlClient  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
-from launch.ray_backend import NAMESPACE, run_ray  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

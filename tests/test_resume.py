@@ -16,11 +16,11 @@ import tensorflow as tf
 
 from builders.r2d2 import R2D2Builder
 from builders.vtrace import VTraceBuilder
-from launch.cli import AGENTS
-from launch.evaluation import evaluate
+from launch.backends.inprocess import run_inprocess
+from launch.backends.local_mp import run_local_mp
+from launch.commands.cli import AGENTS
+from launch.commands.evaluation import evaluate
 from launch.experiment import Experiment
-from launch.inprocess import run_inprocess
-from launch.local_mp import run_local_mp
 from launch.restore import load_run
 from launch.run_record import read_run_record
 from seed_agents.agents.r2d2.config import R2D2Config
@@ -129,7 +129,7 @@ def test_checkpoints_carry_their_format_and_state_and_read_the_old_layout(tmp_pa
 def test_resume_if_checkpointed_resumes_only_a_logdir_with_a_learner_checkpoint(tmp_path):
     # What a scheduler that runs a lost job again needs: one command for the first start
     # and for every start after it.
-    from launch import cli
+    from launch.commands import cli
     from seed_agents.utils.checkpointing import learner_directory
 
     logdir = tmp_path / "run"

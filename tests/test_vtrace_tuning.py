@@ -488,7 +488,7 @@ def test_a_schedule_without_anneal_steps_ends_with_the_run_budget():
 
 
 def test_train_anneals_a_preset_over_its_steps():
-    from launch import cli
+    from launch.commands import cli
 
     args = cli.build_parser().parse_args(
         ["train", "--agent", "vtrace", "--env", "gym:CartPole-v1", "--preset", "atari_ppo",

@@ -67,9 +67,9 @@ import traceback
 from pathlib import Path
 from typing import Any, TextIO
 
+from launch.backends.local_mp import NodeFailedError
 from launch.experiment import Experiment, RunResult
 from launch.limiter import limit_remote_program
-from launch.local_mp import NodeFailedError
 from launch.nodes import make_program, require_central_inference
 from launch.program import (
     NODE_START_TIMEOUT_S,

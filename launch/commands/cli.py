@@ -8,7 +8,7 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is first imported
 
@@ -19,11 +19,15 @@ from builders.d4pg import D4PGBuilder  # noqa: E402
 from builders.r2d2 import R2D2Builder  # noqa: E402
 from builders.sac import SACBuilder  # noqa: E402
 from builders.vtrace import VTraceBuilder  # noqa: E402
-from launch import commands as after_training  # noqa: E402
+from launch.backends.inprocess import run_inprocess  # noqa: E402
+from launch.backends.local_mp import run_local_mp  # noqa: E402
+from launch.backends.ray import run_ray  # noqa: E402 - imports Ray only when run
+from launch.commands import Agents, add_parsers  # noqa: E402
+from launch.commands.evaluation import run_eval  # noqa: E402
+from launch.commands.export import run_export  # noqa: E402
+from launch.commands.plotting import run_plot  # noqa: E402
+from launch.commands.recording import run_record  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
-from launch.inprocess import run_inprocess  # noqa: E402
-from launch.local_mp import run_local_mp  # noqa: E402
-from launch.ray_backend import run_ray  # noqa: E402 - imports Ray only when run
 from seed_agents.agents.bc.config import BCConfig  # noqa: E402
 from seed_agents.agents.cql.config import CQLConfig  # noqa: E402
 from seed_agents.agents.d4pg.config import D4PGConfig  # noqa: E402
@@ -49,6 +53,10 @@ AGENTS: dict[str, tuple[type, type]] = {
     "cql": (CQLBuilder, CQLConfig),
 }
 BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
+COMMANDS: dict[str, Callable[[argparse.Namespace, Agents], int]] = {
+    "eval": run_eval, "export": run_export, "record": run_record, "plot": run_plot,
+}
+"""The commands after training, each in its module of `launch.commands`."""
 PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
     "vtrace": VTRACE_PRESETS,
     "r2d2": R2D2_PRESETS,
@@ -185,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "(MinAtar's minatar:<game> ids); r2d2: minatar")
     train.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override an agent config field (repeatable)")
-    after_training.add_parsers(commands)
+    add_parsers(commands)
     return parser
 
 
@@ -279,7 +287,7 @@ def train(args: argparse.Namespace) -> int:
 
 
 def _train_offline(args: argparse.Namespace, experiment: Experiment) -> int:
-    from launch.offline import run_offline
+    from launch.backends.offline import run_offline
     from seed_agents.datasets import DatasetError
 
     if args.backend != "inprocess":
@@ -305,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "train":
         return train(args)
-    return after_training.COMMANDS[args.command](args, AGENTS)
+    return COMMANDS[args.command](args, AGENTS)
 
 
 if __name__ == "__main__":

@@ -28,12 +28,14 @@ from a TensorFlow random generator, which ONNX has no counterpart for.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime
 import os
 from typing import Any
 
-from launch.restore import RestoredRun
+from launch.commands import Agents, _failing, _quiet_tensorflow
+from launch.restore import RestoredRun, load_run
 from seed_agents.utils.checkpointing import write_json_atomically
 
 EXPORT_FORMAT = 1
@@ -209,3 +211,11 @@ def _metadata(run: RestoredRun, policy: Any, signatures: dict[str, Any], seed: i
         "sample_seed": seed,
         "onnx": os.path.basename(onnx_path) if onnx_path else None,
     }
+
+
+@_failing
+def run_export(args: argparse.Namespace, agents: Agents) -> int:
+    _quiet_tensorflow()
+    run = load_run(args.logdir, agents, checkpoint=args.checkpoint)
+    print(export_policy(run, args.out, seed=args.seed, onnx=args.onnx).summary(), flush=True)
+    return 0

@@ -14,6 +14,7 @@ matplotlib draws with its non-interactive "Agg" backend: no display needed.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import json
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from launch.commands import Agents, _failing
 from launch.run_record import read_run_record
 
 _EVAL_WINDOW = 5
@@ -222,3 +224,13 @@ def plot_runs(logdirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[
     figure.savefig(out, dpi=110)
     plt.close(figure)
     return {"out": out, "groups": drawn}
+
+
+@_failing
+def run_plot(args: argparse.Namespace, agents: Agents) -> int:
+    drawn = plot_runs(args.runs, args.out, title=args.title)
+    for group in drawn["groups"]:
+        finals = ", ".join(f"{r:.1f}" for r in group["final_mean_return"])
+        print(f"{group['label']}: final mean return {finals}", flush=True)
+    print(f"curves: {drawn['out']}", flush=True)
+    return 0

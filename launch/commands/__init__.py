@@ -1,10 +1,14 @@
-"""The commands a user reaches for after training: `seed-agents eval`, `export`, `record`
-and `plot`.
+"""The `seed-agents` command line: `cli` (the parser, `main` and `train`), and a module per
+command a user reaches for after training: `evaluation` (`seed-agents eval`), `export`,
+`recording` (`record`) and `plotting` (`plot`), each with its handler.
 
-Each takes a run's logdir (what `seed-agents train` printed); the run's `run.json`
-rebuilds its agent, so no training flag has to be repeated. Errors (no checkpoint, a
-checkpoint of another run, an environment that cannot render, an existing output
-directory) print one line and exit with status 2, having written nothing.
+Each of those takes a run's logdir (what `seed-agents train` printed); the run's
+`run.json` rebuilds its agent, so no training flag has to be repeated. Errors (no
+checkpoint, a checkpoint of another run, an environment that cannot render, an existing
+output directory) print one line and exit with status 2, having written nothing.
+
+Here: their arguments (`add_parsers`) and what their handlers share. This module imports
+none of its package's modules, which import it.
 """
 
 from __future__ import annotations
@@ -108,66 +112,8 @@ def _failing(command: Callable[[argparse.Namespace, Agents], int]) -> Callable[.
     return run
 
 
-@_failing
-def run_eval(args: argparse.Namespace, agents: Agents) -> int:
-    from launch.evaluation import default_results_path, evaluate, write_results
-    from launch.restore import load_run
-
-    _quiet_tensorflow()
-    run = load_run(args.logdir, agents, checkpoint=args.checkpoint, environment=args.env)
-    result = evaluate(run, episodes=args.episodes, seed=args.seed, video=args.video,
-                      video_episodes=args.video_episodes, max_steps=args.max_steps,
-                      stream=sys.stdout)
-    path = write_results(result, run, args.json or default_results_path(run))
-    print(result.summary())
-    print(f"results: {path}", flush=True)
-    return 0
-
-
-@_failing
-def run_export(args: argparse.Namespace, agents: Agents) -> int:
-    from launch.export import export_policy
-    from launch.restore import load_run
-
-    _quiet_tensorflow()
-    run = load_run(args.logdir, agents, checkpoint=args.checkpoint)
-    print(export_policy(run, args.out, seed=args.seed, onnx=args.onnx).summary(), flush=True)
-    return 0
-
-
-@_failing
-def run_record(args: argparse.Namespace, agents: Agents) -> int:
-    from launch.recording import record_episodes
-    from launch.restore import load_run
-
-    _quiet_tensorflow()
-    run = load_run(args.logdir, agents, checkpoint=args.checkpoint)
-    result = record_episodes(run, args.out, args.episodes, epsilon=args.epsilon,
-                             noise=args.noise, seed=args.seed, num_envs=args.envs,
-                             stream=sys.stdout)
-    print(result.summary(), flush=True)
-    return 0
-
-
-@_failing
-def run_plot(args: argparse.Namespace, agents: Agents) -> int:
-    from launch.plotting import plot_runs
-
-    drawn = plot_runs(args.runs, args.out, title=args.title)
-    for group in drawn["groups"]:
-        finals = ", ".join(f"{r:.1f}" for r in group["final_mean_return"])
-        print(f"{group['label']}: final mean return {finals}", flush=True)
-    print(f"curves: {drawn['out']}", flush=True)
-    return 0
-
-
 def _quiet_tensorflow() -> None:
     """Keeps TensorFlow's Python warnings (tf2onnx, SavedModel) off the command's output."""
     import logging
 
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
-
-
-COMMANDS: dict[str, Callable[[argparse.Namespace, Agents], int]] = {
-    "eval": run_eval, "export": run_export, "record": run_record, "plot": run_plot,
-}

@@ -8,16 +8,20 @@ one, recurrent state carried through each episode. Statistics are over whole epi
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime
 import os
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 import numpy as np
 
-from launch.restore import RestoredRun
+from launch.commands import Agents, _failing, _quiet_tensorflow
+from launch.restore import RestoredRun, load_run
+from seed_agents.environment_loop import play_episode
 from seed_agents.utils.checkpointing import write_json_atomically
 
 _EVALUATOR_SEED_OFFSET = 999_983  # the evaluator node's: the same episodes as in training
@@ -156,25 +160,6 @@ def evaluate(
         video_episodes=min(video_episodes, episodes) if video else 0)
 
 
-def play_episode(env: Any, actor: Any, frame: Any = None, writer: Any = None,
-                 max_steps: int | None = None) -> tuple[float, int]:
-    """One episode; with a writer, a frame after the reset and after every step."""
-    timestep = env.reset()
-    actor.observe_first(timestep)
-    if writer is not None:
-        writer.write(frame())
-    episode_return, length = 0.0, 0
-    while not timestep.last() and (max_steps is None or length < max_steps):
-        action = actor.select_action(timestep.observation)
-        timestep = env.step(action)
-        actor.observe(action, next_timestep=timestep)
-        episode_return += float(timestep.reward or 0.0)
-        length += 1
-        if writer is not None:
-            writer.write(frame())
-    return episode_return, length
-
-
 def default_results_path(run: RestoredRun) -> str:
     """`<logdir>/eval/<checkpoint>-<time>.json`: never an earlier evaluation's file."""
     name = os.path.basename(run.checkpoint.path)
@@ -192,3 +177,16 @@ def write_results(result: EvalResult, run: RestoredRun, path: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     write_json_atomically(path, result.to_json(run.logdir))
     return path
+
+
+@_failing
+def run_eval(args: argparse.Namespace, agents: Agents) -> int:
+    _quiet_tensorflow()
+    run = load_run(args.logdir, agents, checkpoint=args.checkpoint, environment=args.env)
+    result = evaluate(run, episodes=args.episodes, seed=args.seed, video=args.video,
+                      video_episodes=args.video_episodes, max_steps=args.max_steps,
+                      stream=sys.stdout)
+    path = write_results(result, run, args.json or default_results_path(run))
+    print(result.summary())
+    print(f"results: {path}", flush=True)
+    return 0

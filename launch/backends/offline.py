@@ -26,10 +26,10 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from launch.evaluation import play_episode
 from launch.experiment import Experiment
 from launch.nodes import learner_checkpointer, make_learner_logger
 from launch.run_record import write_run_record
+from seed_agents.environment_loop import play_episode
 from seed_agents.utils.tf_threads import LEARNER_INTER_OP_THREADS, configure_tf_threads
 
 EVALUATOR_SEED_OFFSET = 999_983  # the evaluator node's

@@ -15,7 +15,9 @@ depend on how fast they end.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import sys
 import threading
 import time
 from typing import Any, TextIO
@@ -23,7 +25,8 @@ from typing import Any, TextIO
 import numpy as np
 import tree
 
-from launch.restore import RestoredRun
+from launch.commands import Agents, _failing, _quiet_tensorflow
+from launch.restore import RestoredRun, load_run
 from seed_agents.inference.protocol import FIRST, LAST, StepBatch
 from seed_agents.replay import unrolls
 
@@ -149,3 +152,14 @@ def record_episodes(
         recorder.close()
     return RecordResult(out, writer.episodes, writer.spec.steps, float(np.mean(finished)),
                         time.monotonic() - start)
+
+
+@_failing
+def run_record(args: argparse.Namespace, agents: Agents) -> int:
+    _quiet_tensorflow()
+    run = load_run(args.logdir, agents, checkpoint=args.checkpoint)
+    result = record_episodes(run, args.out, args.episodes, epsilon=args.epsilon,
+                             noise=args.noise, seed=args.seed, num_envs=args.envs,
+                             stream=sys.stdout)
+    print(result.summary(), flush=True)
+    return 0
