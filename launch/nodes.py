@@ -110,18 +110,24 @@ def start_replay(experiment: Experiment, tables: list[Any]) -> tuple[Any, Any]:
     The replay is checkpointed when the builder says it is worth it (`checkpoint_replay`)
     and the run checkpoints; on resume the server loads the newest replay checkpoint as
     it starts. The caller closes the checkpointer (a last checkpoint) before it stops the
-    server. Shared by the in-process backend and `replay_node`.
+    server. Reverb writes to a local path: with a logdir that is a URL it writes to a
+    local staging directory, loads from the newest checkpoint copied there from the
+    logdir, and each checkpoint is copied to the logdir. Shared by the in-process backend
+    and `replay_node`.
     """
     import reverb
 
-    from seed_agents.utils import checkpointing
+    from seed_agents.utils import checkpointing, storage
 
-    checkpointer = None
+    checkpointer = copy_to = None
     keep = experiment.builder.checkpoint_replay and (experiment.checkpointing
                                                      or experiment.resume)
     if keep:
-        checkpointer = reverb.checkpointers.DefaultCheckpointer(
-            checkpointing.replay_directory(experiment.logdir))
+        directory = checkpointing.replay_directory(experiment.logdir)
+        if storage.is_url(experiment.logdir):
+            copy_to = directory
+            directory = checkpointing.stage_replay_checkpoint(experiment.logdir)
+        checkpointer = reverb.checkpointers.DefaultCheckpointer(directory)
     # Without a checkpointer of ours Reverb makes a temporary directory for its own.
     server = reverb.Server(tables, port=experiment.replay_port or None,
                            checkpointer=checkpointer)
@@ -129,7 +135,7 @@ def start_replay(experiment: Experiment, tables: list[Any]) -> tuple[Any, Any]:
     if keep and experiment.checkpointing:
         saver = checkpointing.ReplayCheckpointer(
             server.localhost_client(), checkpointing.replay_metadata_path(experiment.logdir),
-            experiment.checkpoint_every_s)
+            experiment.checkpoint_every_s, copy_to=copy_to)
     return server, saver
 
 

@@ -21,9 +21,9 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
+from seed_agents.utils import storage
 from seed_agents.utils.startup import START_TIMEOUT_S
 
 
@@ -195,18 +195,19 @@ def restart_loss(logdir: str) -> tuple[bool, str]:
     info = latest_checkpoint_info(learner_directory(logdir))
     if info is None:
         return False, "no checkpoint yet: it starts from scratch"
-    last = _last_logged(Path(logdir) / "learner.csv", "learner_steps")
+    last = _last_logged(os.path.join(logdir, "learner.csv"), "learner_steps")
     lost = "" if last is None else f"; {max(last - (info.step or 0), 0):,} logged steps lost"
     return True, f"from its checkpoint at learner step {info.step:,}{lost}"
 
 
-def _last_logged(path: Path, column: str) -> int | None:
+def _last_logged(path: str, column: str) -> int | None:
     """`column` of the last row of the CSV log at `path` (None: no such row)."""
     try:
-        with open(path, "rb") as f:
+        with storage.open_file(path, "rb") as f:
             header = f.readline().decode().strip().split(",")
-            f.seek(0, os.SEEK_END)
-            f.seek(max(f.tell() - 65536, 0))
+            if not storage.is_url(path):  # a URL's log is read whole
+                f.seek(0, os.SEEK_END)
+                f.seek(max(f.tell() - 65536, 0))
             rows = f.read().decode(errors="replace").strip().splitlines()
         return int(float(dict(zip(header, rows[-1].split(","), strict=True))[column]))
     except (OSError, IndexError, KeyError, ValueError):

@@ -25,6 +25,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from seed_agents.utils import storage
 from seed_agents.utils.checkpointing import CHECKPOINT_FORMAT, write_json_atomically
 
 RUN_RECORD_FORMAT = 1
@@ -196,15 +197,14 @@ def read_run_record(logdir: str | os.PathLike[str]) -> RunRecord:
         version that did not write one) or an unreadable one.
     """
     path = run_record_path(logdir)
-    if not os.path.isfile(path):
-        what = ("is not a directory" if not os.path.isdir(logdir)
+    if not storage.isfile(path):
+        what = ("is not a directory" if not storage.isdir(logdir)
                 else f"has no {RUN_FILE}")
         raise ValueError(f"{os.fspath(logdir)} {what}: pass the logdir of a run (it "
                          f"records its agent, config and environment in {RUN_FILE} as it "
                          "starts).")
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(storage.read_text(path))
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"Cannot read {path}: {error}") from error
     return RunRecord.from_json(data, path)
@@ -214,7 +214,7 @@ def check_same_run(experiment: RecordedExperiment) -> None:
     """Raises ValueError, naming what differs, when `experiment` would resume a run of
     another agent or environment than its logdir's `run.json` records (a logdir without
     one, from before records, is not checked). Changes nothing on disk."""
-    if not experiment.logdir or not os.path.isfile(run_record_path(experiment.logdir)):
+    if not experiment.logdir or not storage.isfile(run_record_path(experiment.logdir)):
         return
     from seed_agents.utils.checkpointing import identity_mismatches
 
@@ -235,10 +235,10 @@ def write_run_record(experiment: RecordedExperiment) -> RunRecord | None:
         return None
     started: tuple[str, ...] = ()
     path = run_record_path(experiment.logdir)
-    if experiment.resume and os.path.isfile(path):
+    if experiment.resume and storage.isfile(path):
         started = read_run_record(experiment.logdir).started
     now = datetime.datetime.now().isoformat(timespec="seconds")
     record = dataclasses.replace(RunRecord.of(experiment), started=(*started, now))
-    os.makedirs(experiment.logdir, exist_ok=True)
+    storage.makedirs(experiment.logdir)
     write_json_atomically(path, record.to_json())
     return record

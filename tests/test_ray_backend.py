@@ -292,14 +292,14 @@ def _cluster_driver(address: str, logdir: str, nodes: str, max_env_steps: str) -
         time.sleep(0.5)
     ray.shutdown()  # only disconnects: run_ray joins by itself
     experiment = dataclasses.replace(
-        _experiment(Path(logdir), int(max_env_steps)), learner_resource="learner_host",
-        checkpoint_every_s=1.0, max_node_restarts=1)
+        _experiment(Path("unused"), int(max_env_steps)), logdir=logdir,
+        learner_resource="learner_host", checkpoint_every_s=1.0, max_node_restarts=1)
     result = run_ray(experiment, address=address, node_ip_address="127.0.0.2")
     print("RESULT " + json.dumps({**dataclasses.asdict(result),
                                   "initialized": ray.is_initialized()}), flush=True)
 
 
-def _driver(address: str, env: dict[str, str], logdir: Path, nodes: int,
+def _driver(address: str, env: dict[str, str], logdir: str, nodes: int,
             max_env_steps: int, out: Any) -> subprocess.Popen:
     # The driver runs in a subprocess: a driver that joins a cluster by address must have
     # RAY_AUTH_MODE=token in its environment when Ray loads its config (Ray enables token
@@ -332,14 +332,15 @@ def test_a_run_survives_losing_its_learners_machine(tmp_path):
     # resource `learner_host`). Once the learner has checkpointed, its machine goes as a
     # preempted spot instance does (SIGKILL to its raylet and every process on it): the
     # driver restarts the program on what is left, the learner from its checkpoint, and
-    # the run reaches its budget.
+    # the run reaches its budget. The logdir is a URL (file://, which TensorFlow opens as
+    # it opens gs://): every file goes through `seed_agents.utils.storage`, as on a cloud.
     logdir = tmp_path / "run"
     driver_log = tmp_path / "driver.log"
     learner_hosts = {"127.0.0.3": {"learner_host": 2}, "127.0.0.4": {"learner_host": 2}}
     with _cluster(tmp_path / "cluster.log", learner_hosts, num_cpus=2) as (address, env,
                                                                            machines):
         with open(driver_log, "wb") as out:
-            driver = _driver(address, env, logdir, 3, 6_000, out)
+            driver = _driver(address, env, f"file://{logdir}", 3, 6_000, out)
             try:
                 before = _wait_for_learning(logdir, driver, driver_log)
                 lost = before["learner"]["node_ip"]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing
-import os
 import signal
 import sys
 import threading
@@ -44,6 +43,7 @@ from launch.program import (
 )
 from launch.run_record import write_run_record
 from seed_agents.inference.batcher import BatcherClosedError
+from seed_agents.utils import storage
 from seed_agents.utils.tf_threads import LEARNER_INTER_OP_THREADS, configure_tf_threads
 
 _JOIN_TIMEOUT_S = 30.0
@@ -209,7 +209,7 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None,
     tf.random.set_seed(experiment.seed)
     np.random.seed(experiment.seed)
     if experiment.logdir:
-        os.makedirs(experiment.logdir, exist_ok=True)
+        storage.makedirs(experiment.logdir)
         write_run_record(experiment)
 
     nodes = _Nodes(make_program(experiment), experiment, stream)

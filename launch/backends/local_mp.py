@@ -30,6 +30,7 @@ import os
 import queue
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -48,6 +49,7 @@ from launch.program import (
     restart_loss,
 )
 from launch.run_record import write_run_record
+from seed_agents.utils import storage
 from seed_agents.utils.checkpointing import has_replay_checkpoint, replay_directory
 
 _STOP_TIMEOUT_S = 10.0
@@ -139,14 +141,15 @@ class _Supervisor:
     """Starts the program's processes, restarts crashed runners (and, up to
     `max_node_restarts` times, the learner), stops everything."""
 
-    def __init__(self, program: Program, run_dir: Path, bind_host: str = "127.0.0.1",
+    def __init__(self, program: Program, run_dir: str | os.PathLike[str],
+                 logs: Path | None = None, bind_host: str = "127.0.0.1",
                  max_node_restarts: int = 0, stream: TextIO | None = None):
         self._program = program
         self._max_node_restarts = max_node_restarts
         self._vital_restarts = 0
         self._stream = stream or sys.stdout
-        self._run_dir = run_dir
-        self._logs = run_dir / "logs"
+        self._run_dir = os.fspath(run_dir)
+        self._logs = logs if logs is not None else Path(run_dir) / "logs"
         self._logs.mkdir(parents=True, exist_ok=True)
         self._bind_host = bind_host
         self._context = multiprocessing.get_context("spawn")
@@ -292,7 +295,7 @@ class _Supervisor:
 
     def _write_pids(self) -> None:
         pids = {name: p.pid for name, p in self.processes.items()}
-        (self._run_dir / "nodes.json").write_text(json.dumps(pids))
+        storage.write_text(storage.join(self._run_dir, "nodes.json"), json.dumps(pids))
 
     def stop_all(self) -> None:
         """SIGTERM group by group (runners first, the replay last), then SIGKILL.
@@ -339,17 +342,21 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
     saves and restores the learner and the counts, the replay node the replay.
     """
     stream = stream or sys.stdout
-    run_dir = Path(experiment.logdir or f"runs/local_mp-{time.strftime('%Y%m%d-%H%M%S')}")
-    experiment = _with_logdir(experiment, str(run_dir))
+    run_dir = experiment.logdir or f"runs/local_mp-{time.strftime('%Y%m%d-%H%M%S')}"
+    experiment = _with_logdir(experiment, run_dir)
     experiment.check_checkpoints()
     require_central_inference(experiment)
     experiment.environment_spec()  # an action spec the agent cannot use fails here, first
-    run_dir.mkdir(parents=True, exist_ok=True)
+    storage.makedirs(run_dir)
     write_run_record(experiment)
     program = make_program(experiment)
-    supervisor = _Supervisor(program, run_dir, max_node_restarts=experiment.max_node_restarts,
-                             stream=stream)
-    console = _Console(run_dir / "logs", stream)
+    # A node's output goes to a local file (its file descriptors 1 and 2 point there);
+    # for a logdir that is a URL the files are copied to <logdir>/logs as the run ends.
+    logs = (Path(tempfile.mkdtemp(prefix="seed-agents-logs-")) if storage.is_url(run_dir)
+            else Path(run_dir) / "logs")
+    supervisor = _Supervisor(program, run_dir, logs,
+                             max_node_restarts=experiment.max_node_restarts, stream=stream)
+    console = _Console(logs, stream)
     stop = threading.Event()
     handles_signals = threading.current_thread() is threading.main_thread()
     with contextlib.ExitStack() as cleanup:
@@ -360,6 +367,8 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
             # Python, and would go on training while its nodes, which do stop on SIGINT,
             # were still running.
             cleanup.callback(_set_handlers, _set_handlers(_raise_keyboard_interrupt))
+        if storage.is_url(run_dir):
+            cleanup.callback(storage.copy_tree, logs, storage.join(run_dir, "logs"))
         cleanup.callback(console.close)
         cleanup.callback(supervisor.stop_all)
         if handles_signals:
@@ -370,7 +379,7 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
         supervisor.start_all()
         supervisor.wait_for(("control",))
         result = limit_remote_program(
-            experiment, lambda: supervisor.addresses["control"], str(run_dir), stream,
+            experiment, lambda: supervisor.addresses["control"], run_dir, stream,
             restarts=lambda: sum(supervisor.restarts.values()),
             failure=supervisor.check, wait=stop.wait,
         )

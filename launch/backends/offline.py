@@ -19,7 +19,6 @@ to spread.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import time
 from typing import Any, TextIO
@@ -30,6 +29,7 @@ from launch.experiment import Experiment
 from launch.nodes import learner_checkpointer, make_learner_logger
 from launch.run_record import write_run_record
 from seed_agents.environment_loop import play_episode
+from seed_agents.utils import storage
 from seed_agents.utils.tf_threads import LEARNER_INTER_OP_THREADS, configure_tf_threads
 
 EVALUATOR_SEED_OFFSET = 999_983  # the evaluator node's
@@ -132,7 +132,7 @@ def run_offline(experiment: Experiment, stream: TextIO | None = None,
     try:
         print(replay.summary(), file=stream, flush=True)
         if experiment.logdir:
-            os.makedirs(experiment.logdir, exist_ok=True)
+            storage.makedirs(experiment.logdir)
             write_run_record(experiment)
         counter, clock = Counter(), RunClock()
         evaluator = _Evaluator(experiment, networks, spec)

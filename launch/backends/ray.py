@@ -80,6 +80,7 @@ from launch.program import (
     restart_loss,
 )
 from launch.run_record import write_run_record
+from seed_agents.utils import storage
 
 NAMESPACE = "seed-agents"
 _STOP_TIMEOUT_S = 10.0
@@ -199,7 +200,7 @@ class _Actors:
     """Starts the program's actors, watches them, counts restarts, restarts the program
     when a vital node dies (up to `experiment.max_node_restarts` times), stops them."""
 
-    def __init__(self, experiment: Experiment, run_name: str, run_dir: Path,
+    def __init__(self, experiment: Experiment, run_name: str, run_dir: str,
                  stream: TextIO):
         self._experiment = experiment
         self._program = make_program(experiment)
@@ -242,7 +243,7 @@ class _Actors:
                 options["scheduling_strategy"] = "SPREAD"
             try:
                 self.handles[node.name] = actor_class.options(**options).remote(
-                    node, make_handles(node, self.addresses), str(self._run_dir))
+                    node, make_handles(node, self.addresses), self._run_dir)
             except ValueError as error:  # Ray's answer to a taken actor name
                 raise NodeFailedError(
                     f"Cannot create actor {options['name']!r} in namespace {NAMESPACE!r}: "
@@ -341,7 +342,7 @@ class _Actors:
     def _restart(self, reason: str) -> None:
         """Stops every node and starts the program again from the newest checkpoints."""
         self.stop_all()
-        resume, restored = restart_loss(str(self._run_dir))
+        resume, restored = restart_loss(self._run_dir)
         replay = ("the replay comes back from its newest checkpoint (items inserted after "
                   "it are lost)" if self._experiment.builder.checkpoint_replay
                   else "the replay starts empty")
@@ -364,7 +365,7 @@ class _Actors:
 
     def _write_nodes(self) -> None:
         nodes = {name: {"pid": pid, "node_ip": ip} for name, (ip, pid) in self._identity.items()}
-        (self._run_dir / "nodes.json").write_text(json.dumps(nodes, indent=1))
+        storage.write_text(storage.join(self._run_dir, "nodes.json"), json.dumps(nodes, indent=1))
 
     def stop_all(self) -> None:
         """Stops groups in order within 10 s in all, then kills every actor (no restart)."""
@@ -525,14 +526,17 @@ def run_ray(
     """
 
     stream = stream or sys.stdout
-    run_dir = Path(experiment.logdir or f"runs/ray-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
-    experiment = dataclasses.replace(experiment, logdir=str(run_dir))
+    run_dir = experiment.logdir or f"runs/ray-{time.strftime('%Y%m%d-%H%M%S')}"
+    if not storage.is_url(run_dir):
+        run_dir = str(Path(run_dir).resolve())  # the same path on every machine
+    experiment = dataclasses.replace(experiment, logdir=run_dir)
     experiment.check_checkpoints()
     require_central_inference(experiment)
     experiment.environment_spec()  # an action spec the agent cannot use fails here, first
-    run_dir.mkdir(parents=True, exist_ok=True)
+    storage.makedirs(run_dir)
     write_run_record(experiment)
-    actors = _Actors(experiment, run_name or run_dir.name, run_dir, stream)
+    actors = _Actors(experiment, run_name or os.path.basename(run_dir.rstrip("/")), run_dir,
+                     stream)
     stop = threading.Event()
     with contextlib.ExitStack() as cleanup:
         _connect(cleanup, actors.program, address, node_ip_address, num_cpus)
@@ -540,7 +544,7 @@ def run_ray(
         cleanup.callback(actors.stop_all)
         actors.start_all()
         result = limit_remote_program(
-            experiment, lambda: actors.addresses["control"], str(run_dir), stream,
+            experiment, lambda: actors.addresses["control"], run_dir, stream,
             restarts=lambda: actors.restarts, failure=actors.check, wait=stop.wait,
         )
     if actors.failure:

@@ -22,6 +22,7 @@ import numpy as np
 from launch.commands import Agents, _failing, _quiet_tensorflow
 from launch.restore import RestoredRun, load_run
 from seed_agents.environment_loop import play_episode
+from seed_agents.utils import storage
 from seed_agents.utils.checkpointing import write_json_atomically
 
 _EVALUATOR_SEED_OFFSET = 999_983  # the evaluator node's: the same episodes as in training
@@ -166,7 +167,7 @@ def default_results_path(run: RestoredRun) -> str:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = os.path.join(run.logdir, "eval", f"{name}-{stamp}.json")
     n = 1
-    while os.path.exists(path):
+    while storage.exists(path):
         n += 1
         path = os.path.join(run.logdir, "eval", f"{name}-{stamp}-{n}.json")
     return path
@@ -174,7 +175,7 @@ def default_results_path(run: RestoredRun) -> str:
 
 def write_results(result: EvalResult, run: RestoredRun, path: str) -> str:
     """Writes `result` as JSON to `path` (its directory made); returns the path."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    storage.makedirs(os.path.dirname(path if storage.is_url(path) else os.path.abspath(path)))
     write_json_atomically(path, result.to_json(run.logdir))
     return path
 

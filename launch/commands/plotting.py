@@ -27,6 +27,7 @@ import numpy as np
 
 from launch.commands import Agents, _failing
 from launch.run_record import read_run_record
+from seed_agents.utils import storage
 
 _EVAL_WINDOW = 5
 _GRID_POINTS = 200
@@ -50,7 +51,7 @@ class RunCurves:
 
 
 def _read_csv(path: str) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as f:
+    with storage.open_file(path) as f:
         return list(csv.DictReader(f))
 
 
@@ -80,7 +81,7 @@ def read_run(logdir: str | os.PathLike[str]) -> RunCurves:
     """
     logdir = os.fspath(logdir)
     train = os.path.join(logdir, "train.csv")
-    if not os.path.isfile(train):
+    if not storage.isfile(train):
         raise ValueError(f"{logdir} has no train.csv: pass the logdir of a run.")
     table = _read_csv(train)
     if table and "env_steps" not in table[0] and "learner_steps" in table[0]:
@@ -95,7 +96,7 @@ def read_run(logdir: str | os.PathLike[str]) -> RunCurves:
         raise ValueError(f"{train} has no row with a mean return yet (no episode ended).")
     evaluations: list[dict[str, float]] = []
     evaluator = os.path.join(logdir, "evaluator.csv")
-    if os.path.isfile(evaluator):
+    if storage.isfile(evaluator):
         evaluations = continued([
             {"env_steps": _number(r.get("env_steps")), "eval_return": _number(r.get("eval_return"))}
             for r in _read_csv(evaluator)])

@@ -41,6 +41,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from seed_agents.utils import storage
 from seed_agents.utils.counting import Counter
 
 _COUNTS = "counts"  # the checkpoint name of the run's metadata; learners cannot use it
@@ -72,15 +73,49 @@ def replay_metadata_path(logdir: str | os.PathLike[str]) -> str:
 
 def has_learner_checkpoint(directory: str | os.PathLike[str]) -> bool:
     """Whether `directory` holds a TF checkpoint (its CheckpointManager's state file)."""
-    return os.path.isfile(os.path.join(directory, "checkpoint"))
+    return storage.isfile(storage.join(directory, "checkpoint"))
 
 
 def has_replay_checkpoint(directory: str | os.PathLike[str]) -> bool:
     """Whether `directory` holds a complete Reverb checkpoint (one with a DONE file)."""
-    if not os.path.isdir(directory):
-        return False
-    return any(os.path.isfile(os.path.join(directory, entry, "DONE"))
-               for entry in os.listdir(directory))
+    return bool(complete_replay_checkpoints(directory))
+
+
+def complete_replay_checkpoints(directory: str | os.PathLike[str]) -> list[str]:
+    """The names of the complete Reverb checkpoints in `directory` (those with a DONE
+    file, which Reverb writes last), oldest first: Reverb names them by their time."""
+    if not storage.isdir(directory):
+        return []
+    return sorted(entry for entry in storage.listdir(directory)
+                  if storage.isfile(storage.join(directory, entry, "DONE")))
+
+
+def replay_staging_directory(logdir: str) -> str:
+    """Where Reverb's checkpointer writes for a logdir that is a URL: Reverb needs a local
+    path, so its checkpoints are made in this local directory and copied to the logdir
+    (`ReplayCheckpointer(copy_to=...)`, `stage_replay_checkpoint`)."""
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha256(logdir.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), "seed-agents-replay", digest)
+
+
+def stage_replay_checkpoint(logdir: str) -> str:
+    """Copies the newest complete replay checkpoint of the URL `logdir` into its local
+    staging directory (emptied first), where Reverb's checkpointer loads it as the server
+    starts; returns that directory."""
+    import shutil
+
+    staging = replay_staging_directory(logdir)
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging)
+    remote = replay_directory(logdir)
+    complete = complete_replay_checkpoints(remote)
+    if complete:
+        storage.copy_tree(storage.join(remote, complete[-1]),
+                          os.path.join(staging, complete[-1]), last=("DONE",))
+    return staging
 
 
 def check_resume(logdir: str | os.PathLike[str] | None, resume: bool) -> None:
@@ -112,11 +147,12 @@ def check_resume(logdir: str | os.PathLike[str] | None, resume: bool) -> None:
 def write_json_atomically(path: str | os.PathLike[str], data: Any) -> None:
     """Writes `data` as JSON so that a reader (or a kill) sees the old or the new file."""
     temporary = f"{os.fspath(path)}.tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
+    with storage.open_file(temporary, "w") as f:
         json.dump(data, f, indent=1)
         f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
+        if not storage.is_url(temporary):
+            os.fsync(f.fileno())
+    storage.replace(temporary, path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +233,7 @@ def find_checkpoint(directory: str | os.PathLike[str], name: str | None = None) 
     import tensorflow as tf
 
     directory = os.fspath(directory)
-    state = tf.train.get_checkpoint_state(directory) if os.path.isdir(directory) else None
+    state = tf.train.get_checkpoint_state(directory) if storage.isdir(directory) else None
     available = list(state.all_model_checkpoint_paths) if state is not None else []
     if name is None:
         if not available:
@@ -205,7 +241,7 @@ def find_checkpoint(directory: str | os.PathLike[str], name: str | None = None) 
                              "checkpoint_every_s seconds and when it stops (a run without a "
                              "logdir or with --checkpoint-every-s 0 saves none).")
         return available[-1]
-    if os.path.exists(f"{name}.index"):
+    if storage.exists(f"{name}.index"):
         return name
     wanted = name if name.startswith("ckpt-") else f"ckpt-{name}"
     for path in available:
@@ -361,17 +397,22 @@ class ReplayCheckpointer:
     """Checkpoints a Reverb server every `every_s` seconds from a thread, and at `close`.
 
     The server must have been built with `reverb.checkpointers.DefaultCheckpointer`;
-    `client.checkpoint()` writes where that points. After each checkpoint the table sizes
+    `client.checkpoint()` writes where that points. With `copy_to` (a URL logdir's replay
+    directory; Reverb writes to a local staging directory), each checkpoint is copied
+    there, its DONE file last, and only the newest two are kept there. After each
+    checkpoint the table sizes
     that `server_info` reports are written to `metadata_path` (exact when no writer
     inserts meanwhile, e.g. at shutdown or once a table is full). A checkpoint that fails
     on the timer is reported on stderr and tried again at the next tick; one that fails at
     `close` raises.
     """
 
-    def __init__(self, client: Any, metadata_path: str | os.PathLike[str], every_s: float):
+    def __init__(self, client: Any, metadata_path: str | os.PathLike[str], every_s: float,
+                 copy_to: str | None = None):
         if every_s <= 0:
             raise ValueError(f"every_s must be > 0, got {every_s}.")
         self._client = client
+        self._copy_to = copy_to
         self._metadata_path = os.fspath(metadata_path)
         self._every_s = every_s
         self._lock = threading.Lock()  # the timer's checkpoint and close's never overlap
@@ -386,9 +427,24 @@ class ReplayCheckpointer:
             path = self._client.checkpoint()
             items = {name: int(info.current_size)
                      for name, info in self._client.server_info().items()}
-            os.makedirs(os.path.dirname(self._metadata_path), exist_ok=True)
+            if self._copy_to is not None:
+                self._copy(path)
+            storage.makedirs(os.path.dirname(self._metadata_path))
             write_json_atomically(self._metadata_path, {"path": path, "items": items})
         return path
+
+    def _copy(self, path: str) -> None:
+        """Copies the local checkpoint at `path` to `copy_to`; keeps the newest two there
+        and locally (the staging directory would otherwise grow by a checkpoint a tick)."""
+        import shutil
+
+        name = os.path.basename(os.path.normpath(path))
+        storage.copy_tree(path, storage.join(self._copy_to, name), last=("DONE",))
+        for old in complete_replay_checkpoints(self._copy_to)[:-2]:
+            storage.remove_tree(storage.join(self._copy_to, old))
+        staging = os.path.dirname(os.path.normpath(path))
+        for old in sorted(os.listdir(staging))[:-2]:
+            shutil.rmtree(os.path.join(staging, old), ignore_errors=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self._every_s):

@@ -22,6 +22,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from seed_agents.utils import storage
+
 _BAR_WIDTH = 20
 
 
@@ -191,10 +193,14 @@ class CSVLogger(Logger):
 
     def __init__(self, directory: str | os.PathLike[str], label: str,
                  append: bool = False) -> None:
-        os.makedirs(directory, exist_ok=True)
-        self.path = os.path.join(os.fspath(directory), f"{label}.csv")
-        header = _header_to_append_to(self.path) if append else None
-        self._file = open(self.path, "a" if append else "w", newline="", encoding="utf-8")
+        storage.makedirs(directory)
+        self.path = storage.join(directory, f"{label}.csv")
+        if storage.is_url(self.path):
+            header, self._file = _open_url_to_append(self.path) if append else (
+                None, storage.open_file(self.path, "w"))
+        else:
+            header = _header_to_append_to(self.path) if append else None
+            self._file = open(self.path, "a" if append else "w", newline="", encoding="utf-8")
         self._writer: csv.DictWriter[str] | None = None
         if header is not None:
             self._writer = csv.DictWriter(self._file, fieldnames=header, restval="",
@@ -222,8 +228,9 @@ class CSVLogger(Logger):
 
     def close(self) -> None:
         with self._lock:
-            if not self._file.closed:
+            if self._file is not None:
                 self._file.close()
+                self._file = None
 
 
 def _header_to_append_to(path: str) -> list[str] | None:
@@ -253,6 +260,18 @@ def _header_to_append_to(path: str) -> list[str] | None:
     if not first.strip():
         return None
     return next(csv.reader([first]))
+
+
+def _open_url_to_append(path: str) -> tuple[list[str] | None, Any]:
+    """`_header_to_append_to` and the file to append to, for a URL (an object store has no
+    append: the file is written again with its rows, a torn last row cut off)."""
+    held = storage.read_text(path) if storage.exists(path) else ""
+    if held and not held.endswith("\n"):
+        held = held[:held.rfind("\n") + 1]
+    first = held.split("\n", 1)[0]
+    f = storage.open_file(path, "w")
+    f.write(held)
+    return (next(csv.reader([first])) if first.strip() else None), f
 
 
 class TensorBoardLogger(Logger):
