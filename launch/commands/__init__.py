@@ -101,7 +101,7 @@ def add_parsers(commands: Any) -> None:
     plot.add_argument("--title", default=None, help="the figure's title")
 
 
-def _failing(command: Callable[[argparse.Namespace, Agents], int]) -> Callable[..., int]:
+def failing(command: Callable[[argparse.Namespace, Agents], int]) -> Callable[..., int]:
     def run(args: argparse.Namespace, agents: Agents) -> int:
         try:
             return command(args, agents)
@@ -112,7 +112,7 @@ def _failing(command: Callable[[argparse.Namespace, Agents], int]) -> Callable[.
     return run
 
 
-def _quiet_tensorflow() -> None:
+def quiet_tensorflow() -> None:
     """Keeps TensorFlow's Python warnings (tf2onnx, SavedModel) off the command's output."""
     import logging
 

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from launch.commands import Agents, _failing, _quiet_tensorflow
+from launch.commands import Agents, failing, quiet_tensorflow
 from launch.restore import RestoredRun, load_run
 from seed_agents.environment_loop import play_episode
 from seed_agents.utils import storage
@@ -180,9 +180,9 @@ def write_results(result: EvalResult, run: RestoredRun, path: str) -> str:
     return path
 
 
-@_failing
+@failing
 def run_eval(args: argparse.Namespace, agents: Agents) -> int:
-    _quiet_tensorflow()
+    quiet_tensorflow()
     run = load_run(args.logdir, agents, checkpoint=args.checkpoint, environment=args.env)
     result = evaluate(run, episodes=args.episodes, seed=args.seed, video=args.video,
                       video_episodes=args.video_episodes, max_steps=args.max_steps,

@@ -34,7 +34,7 @@ import datetime
 import os
 from typing import Any
 
-from launch.commands import Agents, _failing, _quiet_tensorflow
+from launch.commands import Agents, failing, quiet_tensorflow
 from launch.restore import RestoredRun, load_run
 from seed_agents.utils.checkpointing import write_json_atomically
 
@@ -213,9 +213,9 @@ def _metadata(run: RestoredRun, policy: Any, signatures: dict[str, Any], seed: i
     }
 
 
-@_failing
+@failing
 def run_export(args: argparse.Namespace, agents: Agents) -> int:
-    _quiet_tensorflow()
+    quiet_tensorflow()
     run = load_run(args.logdir, agents, checkpoint=args.checkpoint)
     print(export_policy(run, args.out, seed=args.seed, onnx=args.onnx).summary(), flush=True)
     return 0

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from launch.commands import Agents, _failing
+from launch.commands import Agents, failing
 from launch.run_record import read_run_record
 from seed_agents.utils import storage
 
@@ -227,7 +227,7 @@ def plot_runs(logdirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[
     return {"out": out, "groups": drawn}
 
 
-@_failing
+@failing
 def run_plot(args: argparse.Namespace, agents: Agents) -> int:
     drawn = plot_runs(args.runs, args.out, title=args.title)
     for group in drawn["groups"]:

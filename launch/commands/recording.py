@@ -25,7 +25,7 @@ from typing import Any, TextIO
 import numpy as np
 import tree
 
-from launch.commands import Agents, _failing, _quiet_tensorflow
+from launch.commands import Agents, failing, quiet_tensorflow
 from launch.restore import RestoredRun, load_run
 from seed_agents.inference.protocol import FIRST, LAST, StepBatch
 from seed_agents.replay import unrolls
@@ -154,9 +154,9 @@ def record_episodes(
                         time.monotonic() - start)
 
 
-@_failing
+@failing
 def run_record(args: argparse.Namespace, agents: Agents) -> int:
-    _quiet_tensorflow()
+    quiet_tensorflow()
     run = load_run(args.logdir, agents, checkpoint=args.checkpoint)
     result = record_episodes(run, args.out, args.episodes, epsilon=args.epsilon,
                              noise=args.noise, seed=args.seed, num_envs=args.envs,
