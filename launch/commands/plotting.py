@@ -218,7 +218,9 @@ def plot_runs(logdirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[
     for axis in (by_steps, by_time):
         axis.set_ylabel("return")
         axis.grid(alpha=0.3)
-    by_steps.legend(fontsize="small", loc="best")
+    # Below both panels: labels name the settings that differ, and can be long.
+    figure.legend(*by_steps.get_legend_handles_labels(), loc="outside lower center",
+                  fontsize="small")
     figure.suptitle(title or "Learning curves")
     out = os.fspath(out)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
