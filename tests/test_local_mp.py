@@ -263,6 +263,7 @@ def test_a_killed_learner_and_then_its_replay_come_back_and_the_run_reaches_its_
     assert result.env_steps >= 16_000 and "budget" in result.stop_reason
     assert result.restarts >= 3  # the learner, the replay, the learner after it
     said = stream.getvalue()
+    (tmp_path / "console.txt").write_text(said)  # what a user sees, kept for a reader
     assert "learner died (exit code -9); restart 1 of 2, from its checkpoint at learner " \
         "step" in said
     assert "replay died (exit code -9); restart 2 of 2: it comes back empty" in said
