@@ -222,7 +222,9 @@ def test_normalized_baseline_loss_does_not_depend_on_the_reward_scale(served):
     _known_statistics(large.value_normalizer, 0.5 * scale, 2.0 * scale)
     small_metrics, large_metrics = small.step(), large.step()
     for key in ("baseline_loss", "gradient_norm", "pg_loss", "explained_variance"):
-        assert large_metrics[key] == pytest.approx(small_metrics[key], rel=1e-3), key
+        # abs: with normalized advantages the policy loss is a near-cancelling sum of
+        # order-one float32 terms (~4e-5 here), whose rounding is ~1e-7 either way.
+        assert large_metrics[key] == pytest.approx(small_metrics[key], rel=1e-3, abs=1e-6), key
     assert large_metrics["value_normalization_std"] == pytest.approx(
         scale * small_metrics["value_normalization_std"], rel=1e-4)
 
