@@ -1,4 +1,4 @@
-"""TensorFlow's thread pools, sized per process.
+"""TensorFlow's thread pools, sized per process (and TF's EagerTensor leak stopped).
 
 Several processes share a small machine's cores; TF's default (one thread per core in each
 of two pools, per process) oversubscribes them. Sizes must be set before TF runs its
@@ -27,8 +27,14 @@ def configure_tf_threads(intra_op: int | None = None, inter_op: int | None = Non
     and 1; learner processes pass `LEARNER_INTER_OP_THREADS`).
 
     Quietly keeps the current sizes when TF was already initialised in this process.
+    Every process that runs TF calls this first, so it also stops TF's per-EagerTensor
+    leak there (`seed_agents.utils.eager_tensor_leak`).
     """
     import tensorflow as tf
+
+    from seed_agents.utils.eager_tensor_leak import stop_eager_tensor_leak
+
+    stop_eager_tensor_leak()
 
     intra_op = intra_op or int(os.environ.get("SEED_AGENTS_TF_THREADS", "2"))
     inter_op = inter_op or 1
