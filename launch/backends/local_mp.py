@@ -56,6 +56,7 @@ _STOP_TIMEOUT_S = 10.0
 _KILL_TIMEOUT_S = 5.0
 _LAST_GROUP_S = 2.0  # of _STOP_TIMEOUT_S, kept for the last group to stop (the replay)
 _MAX_BACKOFF_S = 30.0
+_ORPHAN_GRACE_S = 60.0  # a stopping learner may still save a checkpoint on a busy machine
 _STOP_ORDER = ("runner", "evaluator", "learner", "replay")
 
 
@@ -96,10 +97,21 @@ def _node_process(node: Node, addresses: dict[str, str], bind_host: str, run_dir
 
 
 def _stop_when_orphaned(parent: int, stop_event: threading.Event) -> None:
-    """Stops the node if the launcher dies without stopping it (e.g. SIGKILL)."""
-    while not stop_event.wait(1.0):
-        if os.getppid() != parent:
-            stop_event.set()
+    """Stops the node if the launcher dies without stopping it (e.g. SIGKILL), and ends
+    the process if the node has not returned `_ORPHAN_GRACE_S` later.
+
+    The hard end is for a node blocked on a peer that went with the launcher: a learner
+    whose replay is gone waits in Reverb's sampler forever (measured: an orphaned
+    learner still alive, and spending CPU, minutes after its run was killed). No
+    supervisor is left to kill it, so the node does.
+    """
+    while os.getppid() == parent:  # also after a SIGTERM: the stop itself may hang
+        time.sleep(1.0)
+    stop_event.set()
+    time.sleep(_ORPHAN_GRACE_S)
+    print(f"the launcher is gone and this node did not stop within {_ORPHAN_GRACE_S:g} s: "
+          "exiting", file=sys.stderr, flush=True)
+    os._exit(4)
 
 
 class _Console:
