@@ -53,8 +53,9 @@ class ControlService:
         self._status = status
         self._variables = variables
         self._expected_auth = bearer(auth_token).encode() if auth_token else None
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
-                                   options=_SERVER_OPTIONS)
+        self._executor = futures.ThreadPoolExecutor(max_workers=4,
+                                                    thread_name_prefix="control")
+        self._server = grpc.server(self._executor, options=_SERVER_OPTIONS)
         handlers = {
             "Status": grpc.unary_unary_rpc_method_handler(self._handle_status),
             "Variables": grpc.unary_unary_rpc_method_handler(self._handle_variables),
@@ -75,6 +76,7 @@ class ControlService:
 
     def stop(self, grace_s: float = 0.5) -> None:
         self._server.stop(grace_s).wait()
+        self._executor.shutdown(wait=True)  # gRPC leaves its handlers' threads running
 
     def _check_token(self, context: grpc.ServicerContext) -> None:
         """Aborts the call (UNAUTHENTICATED) unless it carries the run's token."""

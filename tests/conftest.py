@@ -1,4 +1,5 @@
-"""Shared fixtures: TensorFlow sized for a 2-core machine, and a small real policy."""
+"""Shared fixtures: TensorFlow sized for a 2-core machine, and a check that every test
+stops what it starts."""
 
 from __future__ import annotations
 
@@ -6,6 +7,28 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import psutil  # noqa: E402
+import pytest  # noqa: E402
+
 from seed_agents.utils.tf_threads import configure_tf_threads  # noqa: E402
+from tests import leaks  # noqa: E402
 
 configure_tf_threads(1, 1)
+
+_START_THREADS = psutil.Process().num_threads()
+
+
+@pytest.fixture(autouse=True)
+def _stops_what_it_starts():
+    """Fails a test that leaves a thread, a child process or a listening socket behind."""
+    before = leaks.snapshot()
+    yield
+    left = leaks.left_behind(before)
+    assert not left, "the test left behind: " + "; ".join(left)
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(
+        f"threads of the pytest process: {_START_THREADS} at the start, "
+        f"{psutil.Process().num_threads()} at the end (operating-system threads: "
+        "TensorFlow's and gRPC's own pools included)")

@@ -475,8 +475,9 @@ def test_a_silent_server_times_out_instead_of_hanging():
             pass
         yield from ()
 
+    executor = futures.ThreadPoolExecutor(2)
     server = grpc.server(
-        futures.ThreadPoolExecutor(2),
+        executor,
         handlers=[grpc.method_handlers_generic_handler(
             SERVICE_NAME, {METHOD_NAME: grpc.stream_stream_rpc_method_handler(silent)})],
     )
@@ -493,3 +494,4 @@ def test_a_silent_server_times_out_instead_of_hanging():
                 infer(step_batch())
     finally:
         server.stop(0).wait()
+        executor.shutdown(wait=True)

@@ -88,6 +88,10 @@ class RawStream:
                 pass
         except grpc.RpcError as error:
             return error.code(), error.details()
+        finally:
+            # gRPC's thread that reads the outbox waits for its end even after the call
+            # ended: without it, the thread outlives the test.
+            self._outbox.put(None)
         return grpc.StatusCode.OK, ""
 
     def cancel(self) -> None:

@@ -1,0 +1,88 @@
+"""What a test leaves behind: Python threads, child processes and listening sockets.
+
+`conftest.py` snapshots these before each test and fails the test if, after it, anything
+new is still there once a generous wait has passed (servers stop asynchronously: a gRPC
+server's grace, a process's exit). A suite that leaks these slows every later test and,
+on a shared machine, everything else; the issue that asked for this check found ~870
+threads in pytest after half the suite.
+
+What lives for the whole interpreter by design is not a leak and is left out here:
+multiprocessing's resource tracker (one per interpreter, started by the first `spawn`)
+and gRPC asyncio's poller thread (one per interpreter, started by the first asyncio
+server or channel, `_poll_wrapper`).
+Threads are compared as objects, processes by (pid, start time), so a reused pid is not
+mistaken for the old process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing.resource_tracker
+import threading
+import time
+
+import psutil
+
+WAIT_S = 60.0  # a busy machine stops a server slowly; a clean test waits not at all
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    threads: frozenset[threading.Thread]
+    processes: frozenset[tuple[int, float]]
+    listening: frozenset[tuple[str, int]]
+
+
+def _interpreter_wide_pids() -> set[int]:
+    tracker = getattr(multiprocessing.resource_tracker, "_resource_tracker", None)
+    pid = getattr(tracker, "_pid", None)
+    return {pid} if pid else set()
+
+
+def _processes() -> frozenset[tuple[int, float]]:
+    found = set()
+    skip = _interpreter_wide_pids()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.pid in skip or child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            found.add((child.pid, child.create_time()))
+        except psutil.Error:  # it ended while we looked
+            continue
+    return frozenset(found)
+
+
+def _listening() -> frozenset[tuple[str, int]]:
+    return frozenset(
+        (c.laddr.ip, c.laddr.port) for c in psutil.Process().net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN)
+
+
+def _threads() -> frozenset[threading.Thread]:
+    return frozenset(t for t in threading.enumerate()
+                     if t.is_alive() and not t.name.endswith("(_poll_wrapper)"))
+
+
+def snapshot() -> Snapshot:
+    return Snapshot(_threads(), _processes(), _listening())
+
+
+def left_behind(before: Snapshot, wait_s: float = WAIT_S) -> list[str]:
+    """What is there now and was not in `before`, after waiting up to `wait_s` for it to go."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        now = snapshot()
+        threads = [t for t in now.threads - before.threads if t.is_alive()]
+        processes = sorted(now.processes - before.processes)
+        listening = sorted(now.listening - before.listening)
+        if not (threads or processes or listening) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    found = [f"thread {t.name!r} (daemon={t.daemon})" for t in threads]
+    for pid, _ in processes:
+        try:
+            found.append(f"process {pid}: {' '.join(psutil.Process(pid).cmdline())[:120]}")
+        except psutil.Error:
+            found.append(f"process {pid}")
+    found += [f"listening socket {ip}:{port}" for ip, port in listening]
+    return found
