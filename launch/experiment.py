@@ -78,6 +78,9 @@ class Experiment:
         firewall rule or network policy: Reverb listens on every interface.
       learner_resource: a custom Ray resource the replay and learner nodes each take one
         unit of, so that they run on the machine (pod) that offers it, and nowhere else.
+      runner_resource: a custom Ray resource each runner takes one unit of, so that the
+        runners step their environments on the machines that offer it (CPU machines,
+        spot instances) and leave the learner's machine its cores.
       record: a new dataset directory where every training episode the runners produce
         is written whole as it ends (`seed_agents.datasets`): the inference server hands
         each environment's rows to a recorder beside its adder, on the learner's machine.
@@ -117,6 +120,7 @@ class Experiment:
     tls: TLSConfig | None = None
     replay_port: int = 0
     learner_resource: str | None = None
+    runner_resource: str | None = None
     record: str | None = None
     dataset: str | None = None
     max_learner_steps: int = 20_000

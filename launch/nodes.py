@@ -37,6 +37,7 @@ def make_program(experiment: Experiment) -> Program:
     # network policy can then keep Reverb (which listens on every interface) to that one
     # machine (examples/deploy/networkpolicy.yaml).
     pinned = {experiment.learner_resource: 1.0} if experiment.learner_resource else {}
+    runner_pinned = {experiment.runner_resource: 1.0} if experiment.runner_resource else {}
     nodes = [
         Node("replay", "replay", replay_node, {"experiment": experiment},
              publishes=("replay",), resources=pinned),
@@ -51,7 +52,7 @@ def make_program(experiment: Experiment) -> Program:
                 {"environment": experiment.environment, "num_envs": experiment.envs_per_runner,
                  "seed": experiment.runner_seed(i), "log_every_s": rates_every_s(experiment),
                  **client_credentials(experiment)},
-                needs=("inference",), restartable=True,
+                needs=("inference",), restartable=True, resources=runner_pinned,
             ))
         else:
             nodes.append(Node(f"actor-{i}", "runner", actor_node,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import socket
 import subprocess
@@ -166,6 +167,10 @@ def test_a_learner_resource_pins_replay_and_learner_and_the_replay_port_is_kept(
     resources = {node.name: node.resources for node in make_program(experiment).nodes}
     assert resources.pop("replay") == resources.pop("learner") == {"learner_pod": 1.0}
     assert all(not r for r in resources.values())  # runners and evaluator go anywhere
+    experiment = dataclasses.replace(experiment, runner_resource="cpu_pod")
+    resources = {node.name: node.resources for node in make_program(experiment).nodes}
+    assert resources["runner-0"] == resources["runner-1"] == {"cpu_pod": 1.0}
+    assert resources["learner"] == {"learner_pod": 1.0} and not resources["evaluator"]
     with socket.socket() as probe:  # a port that is free now
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

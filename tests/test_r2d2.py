@@ -393,17 +393,6 @@ def test_r2d2_resumes_its_learner_target_network_and_replay(tmp_path):
     assert resumed.env_steps >= budget and resumed.learner_steps > saved.step
 
 
-def test_r2d2_trains_on_ray(tmp_path, monkeypatch):
-    # Ray workers inherit this environment (through the raylet): one TF thread per pool.
-    monkeypatch.setenv("SEED_AGENTS_TF_THREADS", "1")
-    from launch.backends.ray import run_ray
-
-    result = run_ray(_experiment(tmp_path, evaluate_every_s=1.0),
-                     node_ip_address="127.0.0.2", num_cpus=5)
-    assert "budget" in result.stop_reason and result.learner_steps > 0
-    assert result.eval_mean_return is not None
-
-
 def test_too_few_environments_for_the_evaluation_ones_fail_before_anything_starts():
     with pytest.raises(ValueError, match="num_eval_envs=8 of the 8 environments"):
         Experiment(R2D2Builder(R2D2Config(num_eval_envs=8)), "gym:CartPole-v1",

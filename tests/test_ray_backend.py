@@ -1,9 +1,10 @@
-"""The Ray backend, run briefly for real: a local Ray, a killed runner, a cluster of three
-machines that loses the learner's.
+"""The Ray backend, run briefly for real: a local Ray of its own, a cluster of four
+machines that loses a runner's and then the learner's, and on one shared local Ray a
+killed runner and R2D2.
 
 Every Ray here stays on loopback: Ray replaces 127.0.0.1 with the machine's interface
 address, so the local Ray and the cluster's head use 127.0.0.2 and the other nodes
-127.0.0.3 and 127.0.0.4. Each test stops what it starts and checks that the processes
+127.0.0.3 to 127.0.0.5. Each test stops what it starts and checks that the processes
 are gone.
 """
 
@@ -36,6 +37,7 @@ from launch.commands import cli  # noqa: E402
 from launch.control import ControlClient  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
+from tests.test_r2d2 import _experiment as r2d2_experiment  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -116,70 +118,6 @@ def test_local_ray_runs_the_program_and_cleans_up(tmp_path):
     assert (logdir / "train.csv").exists() and (logdir / "learner.csv").exists()
 
 
-def _kill_runner_when_learning(run_name: str, logdir: Path, killed: dict,
-                               token: str) -> None:
-    """From a thread: once the learner has learned, kill runner-0 (Ray may restart it).
-
-    Waits for nodes.json too: the driver writes it once every node has started, so the
-    driver knows runner-0's first process and can tell the restart from it.
-    """
-    try:
-        deadline = time.monotonic() + 600  # the program starting on a loaded machine
-        control = None
-        while time.monotonic() < deadline:
-            if not (logdir / "nodes.json").exists():
-                time.sleep(0.2)
-                continue
-            with contextlib.suppress(ValueError):  # not created yet
-                learner = ray.get_actor(f"{run_name}-learner", namespace=NAMESPACE)
-                address = ray.get(learner.published.remote(), timeout=60).get("control")
-                if address and control is None:
-                    control = ControlClient(address, auth_token=token)
-            if control is not None:
-                status = control.status()
-                if status["learner_steps"] > 0:
-                    break
-            time.sleep(0.2)
-        else:
-            raise TimeoutError("the learner made no progress")
-        control.close()
-        runner = ray.get_actor(f"{run_name}-runner-0", namespace=NAMESPACE)
-        killed["pid"] = ray.get(runner.info.remote(), timeout=60)["pid"]
-        killed["env_steps"] = status["env_steps"]
-        ray.kill(runner, no_restart=False)
-    except BaseException as error:  # noqa: BLE001 - asserted by the test
-        killed["error"] = error
-
-
-def test_a_killed_runner_is_restarted_and_counted(tmp_path):
-    # The test's own Ray, which run_ray must reuse and leave running.
-    ray.init(address="local", num_cpus=5, _node_ip_address="127.0.0.2",
-             include_dashboard=False)
-    try:
-        logdir = tmp_path / "run"
-        killed: dict = {}
-        experiment = _experiment(logdir, 10_000, evaluate_every_s=None)
-        killer = threading.Thread(target=_kill_runner_when_learning,
-                                  args=("run", logdir, killed, experiment.inference_token))
-        killer.start()
-        try:
-            # No evaluator: the driver must still wait for the learner's control service.
-            result = run_ray(experiment)
-        finally:
-            killer.join(30)
-        assert "error" not in killed, killed.get("error")
-        assert ray.is_initialized()
-        assert "budget" in result.stop_reason
-        assert result.restarts >= 1
-        assert result.env_steps >= 10_000 > killed["env_steps"]
-        nodes = _nodes(logdir)
-        assert nodes["runner-0"]["pid"] != killed["pid"]
-        # The killed process and every actor are gone, though this Ray keeps running.
-        _assert_gone([killed["pid"], *(n["pid"] for n in nodes.values())])
-    finally:
-        ray.shutdown()
-
-
 def _free_ports(count: int) -> list[int]:
     sockets = [socket.socket() for _ in range(count)]
     try:
@@ -220,12 +158,13 @@ def _stop(process: subprocess.Popen) -> None:
 
 @contextlib.contextmanager
 def _cluster(log: Path, workers: dict[str, dict[str, float]], num_cpus: int = 3,
-             worker_cpus: int = 3
+             worker_cpus: int = 3, head_resources: dict[str, float] | None = None
              ) -> Iterator[tuple[str, dict[str, str], dict[str, subprocess.Popen]]]:
-    """A head on 127.0.0.2 (`num_cpus` CPUs) and a node per entry of `workers` (its
-    loopback IP and custom resources; `worker_cpus` CPUs); yields the cluster's address,
-    the environment a driver needs, and each worker node's `ray start` process by IP
-    (SIGKILL its process group to lose the machine: its raylet and every worker on it).
+    """A head on 127.0.0.2 (`num_cpus` CPUs, `head_resources`) and a node per entry of
+    `workers` (its loopback IP and custom resources; `worker_cpus` CPUs); yields the
+    cluster's address, the environment a driver needs, and each worker node's `ray start`
+    process by IP (SIGKILL its process group to lose the machine: its raylet and every
+    worker on it).
 
     Token authentication stays on: every node and the driver get the same token (the
     one `ray get-auth-token --generate` keeps in ~/.ray/auth_token, which a local
@@ -259,6 +198,7 @@ def _cluster(log: Path, workers: dict[str, dict[str, float]], num_cpus: int = 3,
                  f"--port={port}", f"--ray-client-server-port={client}",
                  "--include-dashboard=false", f"--dashboard-port={dashboard}",
                  f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}", *common,
+                 f"--resources={json.dumps(head_resources or {})}",
                  *node_ports_args(node_ports[:5])],
                 env=head_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
             deadline = time.monotonic() + 300
@@ -285,7 +225,8 @@ def _cluster(log: Path, workers: dict[str, dict[str, float]], num_cpus: int = 3,
 
 def _cluster_driver(address: str, logdir: str, nodes: str, max_env_steps: str) -> None:
     """The cluster tests' driver, in its own process (see the tests for why): joins the
-    cluster once `nodes` nodes are alive, runs the program (with a learner that may
+    cluster once `nodes` nodes are alive, runs the program (the learner and replay on
+    `learner_host` machines, the runners on `runner_host` ones; a learner that may
     restart once, checkpointing every second), prints the result."""
     ray.init(address=address, _node_ip_address="127.0.0.2")
     deadline = time.monotonic() + 300
@@ -295,7 +236,8 @@ def _cluster_driver(address: str, logdir: str, nodes: str, max_env_steps: str) -
     ray.shutdown()  # only disconnects: run_ray joins by itself
     experiment = dataclasses.replace(
         _experiment(Path("unused"), int(max_env_steps)), logdir=logdir,
-        learner_resource="learner_host", checkpoint_every_s=1.0, max_node_restarts=1)
+        learner_resource="learner_host", runner_resource="runner_host",
+        checkpoint_every_s=1.0, max_node_restarts=1)
     result = run_ray(experiment, address=address, node_ip_address="127.0.0.2")
     print("RESULT " + json.dumps({**dataclasses.asdict(result),
                                   "initialized": ray.is_initialized()}), flush=True)
@@ -329,25 +271,49 @@ def _wait_for_learning(logdir: Path, driver: subprocess.Popen, driver_log: Path
         time.sleep(0.2)
 
 
-def test_a_run_survives_losing_its_learners_machine(tmp_path):
-    # Three machines: a head, and two that can hold the learner and the replay (the
-    # resource `learner_host`). Once the learner has checkpointed, its machine goes as a
-    # preempted spot instance does (SIGKILL to its raylet and every process on it): the
-    # driver restarts the program on what is left, the learner from its checkpoint, and
-    # the run reaches its budget. The logdir is a URL (file://, which TensorFlow opens as
-    # it opens gs://): every file goes through `seed_agents.utils.storage`, as on a cloud.
+def _wait_for_runners_to_leave(machine: str, logdir: Path, driver: subprocess.Popen,
+                               driver_log: Path) -> dict[str, dict]:
+    """The nodes once Ray has restarted every runner that ran on `machine` elsewhere."""
+    deadline = time.monotonic() + 600
+    while True:
+        assert driver.poll() is None, driver_log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the lost machine's runners did not come back"
+        nodes = _nodes(logdir)
+        if all(node["node_ip"] != machine for name, node in nodes.items()
+               if name.startswith("runner-")):
+            return nodes
+        time.sleep(0.2)
+
+
+def test_a_run_survives_losing_a_runners_machine_and_then_its_learners(tmp_path):
+    # Four machines as a cloud would have them: the head (which also steps environments),
+    # two that can hold the learner and the replay (`learner_host`) and one more for
+    # runners (`runner_host`, which the head offers too). Once the learner has
+    # checkpointed, the runners' machine goes as a preempted spot instance does (SIGKILL
+    # to its raylet and every process on it): Ray restarts its runner on the head and the
+    # run goes on. Then the learner's machine goes: the driver restarts the program on
+    # what is left, the learner from its checkpoint, and the run reaches its budget. The
+    # logdir is a URL (file://, which TensorFlow opens as it opens gs://): every file goes
+    # through `seed_agents.utils.storage`, as on a cloud.
     logdir = tmp_path / "run"
     driver_log = tmp_path / "driver.log"
-    learner_hosts = {"127.0.0.3": {"learner_host": 2}, "127.0.0.4": {"learner_host": 2}}
-    # The program takes 5 CPUs (replay, learner, 2 runners, evaluator): 3 + 2 + 2 hold
-    # it before the loss, and 3 + 2 after it.
-    with _cluster(tmp_path / "cluster.log", learner_hosts, num_cpus=3,
-                  worker_cpus=2) as (address, env, machines):
+    spot = "127.0.0.5"
+    machines_resources = {"127.0.0.3": {"learner_host": 2}, "127.0.0.4": {"learner_host": 2},
+                          spot: {"runner_host": 2}}
+    # The program takes 5 CPUs (replay, learner, 2 runners, evaluator): the head's 3 hold
+    # the evaluator and, after the losses, both runners.
+    with _cluster(tmp_path / "cluster.log", machines_resources, num_cpus=3, worker_cpus=2,
+                  head_resources={"runner_host": 2}) as (address, env, machines):
         with open(driver_log, "wb") as out:
-            driver = _driver(address, env, f"file://{logdir}", 3, 6_000, out)
+            driver = _driver(address, env, f"file://{logdir}", 4, 40_000, out)
             try:
                 before = _wait_for_learning(logdir, driver, driver_log)
-                lost = before["learner"]["node_ip"]
+                runners = {f"runner-{i}": before[f"runner-{i}"]["node_ip"] for i in range(2)}
+                # SPREAD put one runner on each machine that offers `runner_host`.
+                assert sorted(runners.values()) == ["127.0.0.2", spot], before
+                os.killpg(machines[spot].pid, signal.SIGKILL)
+                between = _wait_for_runners_to_leave(spot, logdir, driver, driver_log)
+                lost = between["learner"]["node_ip"]
                 os.killpg(machines[lost].pid, signal.SIGKILL)
                 driver.wait(600)
             finally:
@@ -359,19 +325,106 @@ def test_a_run_survives_losing_its_learners_machine(tmp_path):
     result = json.loads(output.split("RESULT ", 1)[1].splitlines()[0])
     assert not result["initialized"]  # disconnected; the cluster was the test's to stop
     assert "budget" in result["stop_reason"]
-    assert result["env_steps"] >= 6_000
-    assert result["restarts"] >= 1
-    # Before the loss the runners went to different machines (SPREAD), the replay and
-    # the learner to ones with `learner_host`.
-    assert lost in learner_hosts and before["replay"]["node_ip"] in learner_hosts
-    assert len({before[f"runner-{i}"]["node_ip"] for i in range(2)}) == 2, before
-    # After it, every node runs on the machines that are left, the learner on the other
-    # `learner_host`, restored from its checkpoint; the log says what the restart lost.
+    assert result["env_steps"] >= 40_000
+    assert result["restarts"] >= 2  # the runner Ray restarted, and the program
+    # The replay and the learner went to machines with `learner_host`; the runner from
+    # the spot machine came back on the head, the learner and the replay stayed.
+    assert before["learner"]["node_ip"] in machines_resources
+    assert before["replay"]["node_ip"] in machines_resources
+    moved = next(name for name, ip in runners.items() if ip == spot)
+    assert between[moved]["node_ip"] == "127.0.0.2"
+    assert between["learner"] == before["learner"] and between["replay"] == before["replay"]
+    assert f"[ray] {moved} restarted by Ray on 127.0.0.2 (it ran on {spot}" in output
+    # After the learner's machine went, every node runs on the machines that are left, the
+    # learner on the other `learner_host`, restored from its checkpoint; the log says what
+    # the restart lost.
     after = _nodes(logdir)
     assert set(after) == NODES
-    assert lost not in {n["node_ip"] for n in after.values()}, after
-    assert after["learner"]["node_ip"] in learner_hosts
+    assert {n["node_ip"] for n in after.values()}.isdisjoint({lost, spot}), after
+    assert after["learner"]["node_ip"] in machines_resources
     assert "restart 1 of 1" in output and "from its checkpoint at learner step" in output
+
+
+def _kill_runner_when_learning(run_name: str, logdir: Path, killed: dict,
+                               token: str) -> None:
+    """From a thread: once the learner has learned, kill runner-0 (Ray may restart it).
+
+    Waits for nodes.json too: the driver writes it once every node has started, so the
+    driver knows runner-0's first process and can tell the restart from it.
+    """
+    try:
+        deadline = time.monotonic() + 600  # the program starting on a loaded machine
+        control = None
+        while time.monotonic() < deadline:
+            if not (logdir / "nodes.json").exists():
+                time.sleep(0.2)
+                continue
+            with contextlib.suppress(ValueError):  # not created yet
+                learner = ray.get_actor(f"{run_name}-learner", namespace=NAMESPACE)
+                address = ray.get(learner.published.remote(), timeout=60).get("control")
+                if address and control is None:
+                    control = ControlClient(address, auth_token=token)
+            if control is not None:
+                status = control.status()
+                if status["learner_steps"] > 0:
+                    break
+            time.sleep(0.2)
+        else:
+            raise TimeoutError("the learner made no progress")
+        control.close()
+        runner = ray.get_actor(f"{run_name}-runner-0", namespace=NAMESPACE)
+        killed["pid"] = ray.get(runner.info.remote(), timeout=60)["pid"]
+        killed["env_steps"] = status["env_steps"]
+        ray.kill(runner, no_restart=False)
+    except BaseException as error:  # noqa: BLE001 - asserted by the test
+        killed["error"] = error
+
+
+@pytest.fixture(scope="module")
+def shared_ray() -> Iterator[None]:
+    """One local Ray (127.0.0.2, 5 CPUs) for the tests that need a Ray but not their own:
+    run_ray joins a Ray that is already initialized and leaves it running. Module-scoped,
+    and its users come after the tests that start their own Ray or cluster."""
+    with pytest.MonkeyPatch.context() as patch:
+        # Set before the raylet starts: its workers inherit its environment.
+        patch.setenv("SEED_AGENTS_TF_THREADS", "1")
+        patch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+        ray.init(address="local", num_cpus=5, _node_ip_address="127.0.0.2",
+                 include_dashboard=False)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+
+
+def test_a_killed_runner_is_restarted_and_counted(tmp_path, shared_ray):
+    logdir = tmp_path / "run"
+    killed: dict = {}
+    experiment = _experiment(logdir, 10_000, evaluate_every_s=None)
+    killer = threading.Thread(target=_kill_runner_when_learning,
+                              args=("run", logdir, killed, experiment.inference_token))
+    killer.start()
+    try:
+        # No evaluator: the driver must still wait for the learner's control service.
+        result = run_ray(experiment)
+    finally:
+        killer.join(30)
+    assert "error" not in killed, killed.get("error")
+    assert ray.is_initialized()  # the test's Ray: run_ray joined it and leaves it running
+    assert "budget" in result.stop_reason
+    assert result.restarts >= 1
+    assert result.env_steps >= 10_000 > killed["env_steps"]
+    nodes = _nodes(logdir)
+    assert nodes["runner-0"]["pid"] != killed["pid"]
+    # The killed process and every actor are gone, though this Ray keeps running.
+    _assert_gone([killed["pid"], *(n["pid"] for n in nodes.values())])
+
+
+def test_r2d2_trains_on_ray(tmp_path, shared_ray):
+    result = run_ray(r2d2_experiment(tmp_path, evaluate_every_s=1.0))
+    assert "budget" in result.stop_reason and result.learner_steps > 0
+    assert result.eval_mean_return is not None
+    _assert_gone([n["pid"] for n in _nodes(tmp_path).values()])
 
 
 if __name__ == "__main__":

@@ -319,6 +319,12 @@ class _Actors:
             if previous != identity:
                 if previous is not None and node.restartable:
                     self.restarts += 1
+                    self._stream.write(
+                        f"[ray] {node.name} restarted by Ray on {identity[0]} (it ran on "
+                        f"{previous[0]}, pid {previous[1]}); {self.restarts} restart(s) so far; "
+                        "its environments start their episodes anew, the unrolls in "
+                        "progress are dropped.\n")
+                    self._stream.flush()
                 self._identity[node.name] = identity
                 changed = True
         if changed:

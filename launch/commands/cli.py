@@ -139,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--learner-resource", default=None, metavar="NAME",
                        help="ray backend: a custom Ray resource the replay and learner nodes "
                             "each take one of, pinning both to the machine (pod) offering it")
+    train.add_argument("--runner-resource", default=None, metavar="NAME",
+                       help="ray backend: a custom Ray resource each runner takes one of, "
+                            "keeping runners on the machines (pods) offering it")
     train.add_argument("--runners", type=int, default=None,
                        help="environment runners (default: the agent's, 4 for vtrace and "
                             "r2d2, 1 for sac and d4pg)")
@@ -251,6 +254,7 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         learner_gpus=args.learner_gpus,
         replay_port=args.replay_port,
         learner_resource=args.learner_resource,
+        runner_resource=args.runner_resource,
         checkpoint_every_s=args.checkpoint_every_s or None,
         resume=args.resume or (args.resume_if_checkpointed and has_learner_checkpoint(
             learner_directory(logdir))),
