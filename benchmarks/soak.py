@@ -7,13 +7,16 @@ Runs V-trace on `--environment` (default CartPole, cheap to step) as local proce
 supervisor restarts it, as a preempted runner would come back), and every `--sample-s`
 reads from /proc the resident memory, open file descriptors and threads of the learner
 process (learner and central inference server) and of the replay process (the Reverb
-server), and the env and learner steps from the run's train.csv.
+server), the env and learner steps from the run's train.csv, and the runners' own milliseconds per
+env step (their CSVs: the machine's speed, which the learner does not change).
 
 The last line is one JSON object with the slope per hour of each reading, fitted by
 least squares over the samples after `--warmup-s` (`learner_rss_mib_per_h`,
 `server_rss_mib_per_h` for the Reverb server's process, `learner_threads_per_h`,
 `learner_fds_per_h`, ...), and `ratio`: env steps/s over the last third of the run
-after warm-up (`value`) against the first third (`baseline`). Measures, never asserts.
+after warm-up (`value`) against the first third (`baseline`), with
+`ratio_at_equal_env_cost`: the same corrected by the runners' env-stepping cost in those
+thirds, for a host whose speed drifts. Measures, never asserts.
 """
 
 from __future__ import annotations
@@ -57,6 +60,20 @@ def train_counts(logdir: Path) -> tuple[int, int] | None:
     if not rows:
         return None
     return int(float(rows[-1]["env_steps"])), int(float(rows[-1]["learner_steps"]))
+
+
+def env_ms_per_step(logdir: Path, runners: int) -> float | None:
+    """The runners' own milliseconds per env step (their CSVs' last rows, averaged): the
+    machine's speed at plain Python work, which the learner does not affect."""
+    readings = []
+    for i in range(runners):
+        try:
+            rows = list(csv.DictReader(io.StringIO((logdir / f"runner-{i}.csv").read_text())))
+        except OSError:
+            continue
+        if rows and rows[-1].get("env_ms_per_step"):
+            readings.append(float(rows[-1]["env_ms_per_step"]))
+    return statistics.fmean(readings) if readings else None
 
 
 def slope_per_hour(times: list[float], values: list[float]) -> float | None:
@@ -137,12 +154,13 @@ def main() -> None:
                     if node in pids}
         if counts is None or None in readings.values() or len(readings) < len(WATCHED):
             continue
-        sample = {"t": now - start, "env_steps": counts[0], "learner_steps": counts[1]}
+        sample = {"t": now - start, "env_steps": counts[0], "learner_steps": counts[1],
+                  "env_ms_per_step": env_ms_per_step(logdir, args.runners)}
         for name, reading in readings.items():
             sample.update({f"{name}_{k}": v for k, v in reading.items()})
         samples.append(sample)
-        print(json.dumps({k: round(v, 1) for k, v in sample.items()}), file=sys.stderr,
-              flush=True)
+        print(json.dumps({k: v if v is None else round(v, 4) for k, v in sample.items()}),
+              file=sys.stderr, flush=True)
         if now >= next_kill and thread.is_alive():
             runner = f"runner-{kills % args.runners}"
             if runner in pids:
@@ -167,13 +185,21 @@ def main() -> None:
                                                 round(steady[-1][key], 1)]
     before, after = rate(first, "env_steps"), rate(last, "env_steps")
     result = outcome.get("result")
+    cost = [statistics.fmean(s["env_ms_per_step"] for s in part if s["env_ms_per_step"])
+            if any(s["env_ms_per_step"] for s in part) else None for part in (first, last)]
+    ratio = after / before if before and after is not None else None
     print(json.dumps({
         "bench": "soak",
         "value": None if after is None else round(after),
         "unit": "env_steps/s (last third)",
         "baseline": None if before is None else round(before),
         "baseline_kind": "env_steps/s in the first third after warm-up",
-        "ratio": round(after / before, 3) if before and after is not None else None,
+        "ratio": None if ratio is None else round(ratio, 3),
+        # The machine's own speed can drift over an hour on a shared host: the runners'
+        # env-stepping cost in the same thirds, and the ratio at equal cost.
+        "env_ms_per_step_first_last": [None if c is None else round(c, 4) for c in cost],
+        "ratio_at_equal_env_cost": (round(ratio * cost[1] / cost[0], 3)
+                                    if ratio is not None and None not in cost else None),
         "learner_steps_per_s_first_last": [
             None if r is None else round(r, 2)
             for r in (rate(first, "learner_steps"), rate(last, "learner_steps"))],

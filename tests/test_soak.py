@@ -48,3 +48,12 @@ def test_proc_readings_see_this_process_grow_threads_and_descriptors(soak):
     assert during["threads"] == before["threads"] + 1
     assert during["fds"] == before["fds"] + 1
     assert soak.proc_readings(2**22 + 12345) is None  # no such process
+
+
+def test_the_runners_env_cost_is_read_from_their_csvs_last_rows(soak, tmp_path):
+    header = "env_steps,env_ms_per_step\n"
+    (tmp_path / "runner-0.csv").write_text(header + "10,0.5\n20,0.02\n")
+    (tmp_path / "runner-1.csv").write_text(header + "30,0.04\n")
+    assert soak.env_ms_per_step(tmp_path, 2) == pytest.approx(0.03)
+    assert soak.env_ms_per_step(tmp_path, 3) == pytest.approx(0.03)  # runner-2 not yet
+    assert soak.env_ms_per_step(tmp_path / "none", 2) is None
