@@ -214,6 +214,12 @@ def _cluster(log: Path, workers: dict[str, dict[str, float]], num_cpus: int = 3,
                      *node_ports_args(node_ports[5 * i:5 * i + 5])],
                     env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
                 processes.append(nodes[ip])
+                # One node at a time: `ray start` gives its raylet 30 s to register, and
+                # three starting together on two busy cores missed that.
+                while Path(log).read_text().count("Ray runtime started.") < 1 + i:
+                    assert nodes[ip].poll() is None, f"node {ip} failed; see {log}"
+                    assert time.monotonic() < deadline + 300 * i, f"node {ip} did not start"
+                    time.sleep(0.2)
         yield f"127.0.0.2:{port}", env, nodes
     finally:
         for process in reversed(processes):
