@@ -31,8 +31,6 @@ _MANAGED_DICT = 1 << 4  # Py_TPFLAGS_MANAGED_DICT (CPython 3.11's Include/object
 _WORD = ctypes.sizeof(ctypes.c_void_p)
 _TP_ALLOC_OFFSET, _TP_NEW_OFFSET, _TP_FREE_OFFSET = 38 * _WORD, 39 * _WORD, 40 * _WORD
 
-_applied = False
-
 
 def _slot(type_: type, offset: int) -> ctypes.c_void_p:
     return ctypes.c_void_p.from_address(id(type_) + offset)
@@ -41,9 +39,6 @@ def _slot(type_: type, offset: int) -> ctypes.c_void_p:
 def stop_eager_tensor_leak() -> bool:
     """Patches TF's EagerTensor type once per process; True if it is (now or already)
     patched, False where the leak's preconditions do not hold (then nothing is touched)."""
-    global _applied
-    if _applied:
-        return True
     if sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11) \
             or ctypes.sizeof(ctypes.c_void_p) != 8:
         return False
@@ -59,12 +54,10 @@ def stop_eager_tensor_leak() -> bool:
     object_new = _slot(object, _TP_NEW_OFFSET).value
     generic_new = address("PyType_GenericNew")
     new_slot = _slot(eager_tensor, _TP_NEW_OFFSET)
-    if new_slot.value == generic_new:
-        _applied = True
+    if new_slot.value == generic_new:  # patched before
         return True
     if not eager_tensor.__flags__ & _MANAGED_DICT or new_slot.value != object_new \
             or "__new__" in eager_tensor.__dict__:
         return False
     new_slot.value = generic_new
-    _applied = True
     return True
