@@ -31,6 +31,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,21 @@ def proc_readings(pid: int) -> dict[str, float] | None:
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     return {"rss_mib": int(fields["VmRSS"].split()[0]) / 1024,
             "threads": int(fields["Threads"]), "fds": fds}
+
+
+def thread_names(pid: int) -> Counter[str]:
+    """How many of `pid`'s OS threads carry each name (/proc's comm): which pool grew."""
+    names: Counter[str] = Counter()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return names
+    for task in tasks:
+        try:
+            names[Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()] += 1
+        except OSError:
+            pass
+    return names
 
 
 def train_counts(logdir: Path) -> tuple[int, int] | None:
@@ -140,6 +156,9 @@ def main() -> None:
     start = time.monotonic()
     thread.start()
     samples: list[dict[str, Any]] = []
+    # Each watched process's thread names at its first steady sample and at the last one.
+    names_first: dict[str, Counter[str]] = {}
+    names_last: dict[str, Counter[str]] = {}
     kills = 0
     next_kill = start + args.kill_every_s if args.kill_every_s else float("inf")
     while thread.is_alive():
@@ -159,6 +178,10 @@ def main() -> None:
         for name, reading in readings.items():
             sample.update({f"{name}_{k}": v for k, v in reading.items()})
         samples.append(sample)
+        for name, node in WATCHED.items():
+            names_last[name] = thread_names(pids[node])
+            if sample["t"] >= warmup_s:
+                names_first.setdefault(name, names_last[name])
         print(json.dumps({k: v if v is None else round(v, 4) for k, v in sample.items()}),
               file=sys.stderr, flush=True)
         if now >= next_kill and thread.is_alive():
@@ -183,6 +206,11 @@ def main() -> None:
             if steady:
                 figures[f"{key}_first_last"] = [round(steady[0][key], 1),
                                                 round(steady[-1][key], 1)]
+        # Names whose thread count changed over the steady samples: a pool that grows.
+        at_first, at_last = names_first.get(name, Counter()), names_last.get(name, Counter())
+        changed = {n: at_last[n] - at_first[n] for n in at_first | at_last
+                   if at_last[n] != at_first[n]}
+        figures[f"{name}_thread_names_changed"] = dict(sorted(changed.items()))
     before, after = rate(first, "env_steps"), rate(last, "env_steps")
     result = outcome.get("result")
     cost = [statistics.fmean(s["env_ms_per_step"] for s in part if s["env_ms_per_step"])
