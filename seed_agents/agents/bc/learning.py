@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from seed_agents.agents.bc.config import BCConfig
 from seed_agents.agents.bc.networks import BCNetwork
+from seed_agents.agents.common.optimizers import built
 from seed_agents.agents.common.transition_learning import TransitionLearner, minimize
 from seed_agents.replay import transitions as tr
 from seed_agents.utils.counting import Counter
@@ -34,7 +35,8 @@ class BCLearner(TransitionLearner):
                  counter: Counter | None = None, logger: Logger | None = None):
         super().__init__(network, dataset, config.batch_size, counter, logger)
         self._config = config
-        self._optimizer = tf.keras.optimizers.Adam(config.learning_rate)
+        self._optimizer = built(tf.keras.optimizers.Adam(config.learning_rate),
+                                network.trainable_variables)
         self._train_step = tf.function(self._update)
 
     def _train(self, data: Any) -> dict[str, tf.Tensor]:
@@ -64,6 +66,5 @@ class BCLearner(TransitionLearner):
         return {"loss": loss, "agreement": agreement, "gradient_norm": norm}
 
     def checkpoint_objects(self) -> dict[str, Any]:
-        self._optimizer.build(self._networks.trainable_variables)
         return {"networks": self._networks, "optimizer": self._optimizer,
                 "step": self._num_steps}

@@ -6,6 +6,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from seed_agents.agents.common.optimizers import built
 from seed_agents.agents.common.target_networks import update_target
 from seed_agents.agents.common.transition_learning import TransitionLearner, minimize
 from seed_agents.agents.cql.config import CQLConfig
@@ -31,7 +32,8 @@ class CQLLearner(TransitionLearner):
                  counter: Counter | None = None, logger: Logger | None = None):
         super().__init__(networks, dataset, config.batch_size, counter, logger)
         self._config = config
-        self._optimizer = tf.keras.optimizers.Adam(config.learning_rate)
+        self._optimizer = built(tf.keras.optimizers.Adam(config.learning_rate),
+                                networks.q.trainable_variables)
         self._huber = tf.keras.losses.Huber(config.huber_delta, reduction="none")
         self._train_step = tf.function(self._update)
 
@@ -61,6 +63,5 @@ class CQLLearner(TransitionLearner):
                 "mean_q": tf.reduce_mean(q_data), "gradient_norm": norm}
 
     def checkpoint_objects(self) -> dict[str, Any]:
-        self._optimizer.build(self._networks.q.trainable_variables)
         return {"networks": self._networks, "optimizer": self._optimizer,
                 "step": self._num_steps}

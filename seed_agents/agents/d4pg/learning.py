@@ -6,6 +6,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from seed_agents.agents.common.optimizers import built
 from seed_agents.agents.common.target_networks import update_target
 from seed_agents.agents.common.transition_learning import TransitionLearner, minimize
 from seed_agents.agents.d4pg.config import D4PGConfig
@@ -40,8 +41,10 @@ class D4PGLearner(TransitionLearner):
         super().__init__(networks, dataset, config.batch_size, counter, logger,
                          samples_per_insert)
         self._config = config
-        self._actor_optimizer = tf.keras.optimizers.Adam(config.learning_rate)
-        self._critic_optimizer = tf.keras.optimizers.Adam(config.learning_rate)
+        self._actor_optimizer = built(tf.keras.optimizers.Adam(config.learning_rate),
+                                      networks.actor_variables)
+        self._critic_optimizer = built(tf.keras.optimizers.Adam(config.learning_rate),
+                                       networks.critic_variables)
         self._train_step = tf.function(self._update)
 
     def _train(self, data: Any) -> dict[str, tf.Tensor]:
@@ -82,8 +85,6 @@ class D4PGLearner(TransitionLearner):
 
     def checkpoint_objects(self) -> dict[str, Any]:
         nets = self._networks
-        self._critic_optimizer.build(nets.critic_variables)
-        self._actor_optimizer.build(nets.actor_variables)
         return {
             "networks": nets,
             "critic_optimizer": self._critic_optimizer,

@@ -11,6 +11,7 @@ import tree
 
 from seed_agents import core
 from seed_agents.agents.common.batches import Batches
+from seed_agents.agents.common.optimizers import built
 from seed_agents.agents.common.target_networks import update_target
 from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.agents.r2d2.networks import RecurrentQNetwork
@@ -65,9 +66,9 @@ class R2D2Learner(core.Learner):
         self._config = config
         self._counter = counter or Counter()
         self._logger = logger or NoOpLogger()
-        self._optimizer = tf.keras.optimizers.Adam(
+        self._optimizer = built(tf.keras.optimizers.Adam(
             config.learning_rate, epsilon=config.adam_epsilon
-        )
+        ), network.trainable_variables)
         self._step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="learner_step")
         self._samples_per_step = config.batch_size * config.trace_length
         self._train = tf.function(self._train_step)
@@ -183,8 +184,6 @@ class R2D2Learner(core.Learner):
     def checkpoint_objects(self) -> dict[str, Any]:
         """What a checkpoint must hold to continue: online and target networks, optimizer
         (its slots included) and the step count."""
-        # Built now, a restore fills the slots at once and checks they matched.
-        self._optimizer.build(self._network.trainable_variables)
         return {
             "network": self._network,
             "target_network": self._target_network,

@@ -6,6 +6,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from seed_agents.agents.common.optimizers import built
 from seed_agents.agents.common.target_networks import update_target
 from seed_agents.agents.common.transition_learning import TransitionLearner, minimize
 from seed_agents.agents.sac.config import SACConfig
@@ -46,9 +47,12 @@ class SACLearner(TransitionLearner):
         self._config = config
         self._target_entropy = float(
             -networks.action_size if config.target_entropy is None else config.target_entropy)
-        self._actor_optimizer = tf.keras.optimizers.Adam(config.learning_rate)
-        self._critic_optimizer = tf.keras.optimizers.Adam(config.learning_rate)
-        self._temperature_optimizer = tf.keras.optimizers.Adam(config.learning_rate)
+        self._actor_optimizer = built(tf.keras.optimizers.Adam(config.learning_rate),
+                                      networks.actor_variables)
+        self._critic_optimizer = built(tf.keras.optimizers.Adam(config.learning_rate),
+                                       networks.critic_variables)
+        self._temperature_optimizer = built(tf.keras.optimizers.Adam(config.learning_rate),
+                                            [networks.log_temperature])
         self._rng = (tf.random.Generator.from_seed(seed) if seed is not None
                      else tf.random.Generator.from_non_deterministic_state())
         self._train_step = tf.function(self._update)
@@ -101,10 +105,6 @@ class SACLearner(TransitionLearner):
 
     def checkpoint_objects(self) -> dict[str, Any]:
         nets = self._networks
-        # Built now, a restore fills the optimizers' slots at once and checks them.
-        self._critic_optimizer.build(nets.critic_variables)
-        self._actor_optimizer.build(nets.actor_variables)
-        self._temperature_optimizer.build([nets.log_temperature])
         return {
             "networks": nets,
             "critic_optimizer": self._critic_optimizer,

@@ -10,6 +10,7 @@ import tree
 
 from seed_agents import core
 from seed_agents.agents.common.batches import Batches
+from seed_agents.agents.common.optimizers import built
 from seed_agents.agents.vtrace import losses
 from seed_agents.agents.vtrace.acting import POLICY_VERSION
 from seed_agents.agents.vtrace.config import VTraceConfig
@@ -120,9 +121,9 @@ class VTraceLearner(core.Learner):
         self._config = config
         self._counter = counter or Counter()
         self._logger = logger or NoOpLogger()
-        self._optimizer = tf.keras.optimizers.Adam(
+        self._optimizer = built(tf.keras.optimizers.Adam(
             config.learning_rate, beta_2=config.adam_beta2, epsilon=config.adam_epsilon
-        )
+        ), network.trainable_variables)
         # The optimizer's own variable: the Adam checkpoint already carries it, and it is
         # state when kl_target adapts it (with anneal_steps, a function of the step).
         self._learning_rate = self._optimizer.learning_rate
@@ -333,10 +334,6 @@ class VTraceLearner(core.Learner):
         return [[v.numpy() for v in self._network.variables] for _ in names]
 
     def checkpoint_objects(self) -> dict[str, Any]:
-        # Slots exist only once the optimizer is built: built now, a restore fills them at
-        # once and its check that every object matched covers them too (unbuilt, TF
-        # would restore them later, when the first step builds them, unchecked).
-        self._optimizer.build(self._network.trainable_variables)
         objects = {"network": self._network, "optimizer": self._optimizer,
                    "step": self._num_steps}
         # Only where the config uses them: a checkpoint of a run without them keeps the
@@ -348,9 +345,6 @@ class VTraceLearner(core.Learner):
         return objects
 
     def save(self) -> dict[str, Any]:
-        # Built, as for checkpoint_objects: a state then always holds every optimizer
-        # variable, and any learner of the same network can restore it.
-        self._optimizer.build(self._network.trainable_variables)
         state = {
             "num_steps": self.num_steps,
             "network": [v.numpy() for v in self._network.variables],
@@ -366,10 +360,6 @@ class VTraceLearner(core.Learner):
         for variable, value in zip(self._network.variables, state["network"], strict=True):
             variable.assign(value)
         if state["optimizer"]:
-            # Unconditionally (build is idempotent): an unbuilt Adam already holds its
-            # iteration count, so "has no variables" does not tell whether it was built,
-            # and a fresh learner could not take a trained one's state.
-            self._optimizer.build(self._network.trainable_variables)
             for variable, value in zip(self._optimizer.variables, state["optimizer"],
                                        strict=True):
                 variable.assign(value)
