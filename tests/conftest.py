@@ -27,8 +27,27 @@ def _stops_what_it_starts():
     assert not left, "the test left behind: " + "; ".join(left)
 
 
+# Each xdist worker's (start, end) thread counts, gathered by the controlling process.
+_WORKER_THREADS: dict[str, tuple[int, int]] = {}
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controlling process reports it
+        workeroutput["threads"] = (_START_THREADS, psutil.Process().num_threads())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    threads = getattr(node, "workeroutput", {}).get("threads")
+    if threads:
+        _WORKER_THREADS[node.gateway.id] = threads
+
+
 def pytest_terminal_summary(terminalreporter):
-    terminalreporter.write_line(
-        f"threads of the pytest process: {_START_THREADS} at the start, "
-        f"{psutil.Process().num_threads()} at the end (operating-system threads: "
-        "TensorFlow's and gRPC's own pools included)")
+    counts = _WORKER_THREADS or {"the pytest process": (_START_THREADS,
+                                                        psutil.Process().num_threads())}
+    for who, (start, end) in sorted(counts.items()):
+        terminalreporter.write_line(
+            f"threads of {who}: {start} at the start, {end} at the end (operating-system "
+            "threads: TensorFlow's and gRPC's own pools included)")
