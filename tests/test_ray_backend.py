@@ -5,8 +5,8 @@ killed runner and R2D2.
 Every Ray here stays on loopback: Ray replaces 127.0.0.1 with the machine's interface
 address, so the local Ray and the cluster's head use 127.0.0.2 and the other nodes
 127.0.0.3 to 127.0.0.5. Each test stops what it starts and checks that the processes
-are gone. With pytest-xdist (`.ci/run`), every test here runs on one worker
-(`xdist_group`): they all use 127.0.0.2, and two Rays there at once would share ports.
+are gone. With pytest-xdist (`.ci/run`, `--dist loadfile`), every test here runs on one
+worker: they all use 127.0.0.2, and two Rays there at once would share ports.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import psutil
 import pytest
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.xdist_group("ray")
 
 from builders.vtrace import VTraceBuilder  # noqa: E402
 from launch.backends.ray import NAMESPACE, run_ray  # noqa: E402
