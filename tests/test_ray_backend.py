@@ -33,7 +33,12 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from builders.vtrace import VTraceBuilder  # noqa: E402
-from launch.backends.ray import NAMESPACE, run_ray  # noqa: E402
+from launch.backends.ray import (  # noqa: E402
+    NAMESPACE,
+    _start_local_ray,
+    _worker_niceness,
+    run_ray,
+)
 from launch.commands import cli  # noqa: E402
 from launch.control import ControlClient  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
@@ -119,6 +124,23 @@ def test_local_ray_runs_the_program_and_cleans_up(tmp_path):
     assert (logdir / "train.csv").exists() and (logdir / "learner.csv").exists()
 
 
+def test_a_local_rays_workers_run_at_the_callers_priority(monkeypatch):
+    # Ray nices its workers by 15 unless told otherwise; the local Ray run_ray starts
+    # does not, and leaves the variable that tells it as it found it.
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    _start_local_ray(num_cpus=1, _node_ip_address="127.0.0.2")
+    try:
+        niceness = ray.get(ray.remote(lambda: os.nice(0)).remote(), timeout=120)
+    finally:
+        ray.shutdown()
+    assert niceness == os.nice(0)
+    assert "RAY_worker_niceness" not in os.environ
+    monkeypatch.setenv("RAY_worker_niceness", "7")  # the user's choice stands
+    with _worker_niceness(0):
+        assert os.environ["RAY_worker_niceness"] == "7"
+    assert os.environ["RAY_worker_niceness"] == "7"
+
+
 def _free_ports(count: int) -> list[int]:
     sockets = [socket.socket() for _ in range(count)]
     try:
@@ -171,14 +193,17 @@ def _cluster(log: Path, workers: dict[str, dict[str, float]], num_cpus: int = 3,
     one `ray get-auth-token --generate` keeps in ~/.ray/auth_token, which a local
     `ray.init` creates anyway) through the yielded environment. Each node is
     `ray start --block` in its own process group, so the test stops exactly the
-    processes it started. The head declares a node dead after about 2 s without an
-    answer (Ray's default is 15 s or more).
+    processes it started. The head declares a lost machine dead within about 2 s (Ray's
+    default is 15 s or more): a killed raylet refuses each health check at once, while a
+    live one on busy cores has 10 s to answer each of the 4. Workers run at the test's own
+    priority, as a local Ray's do (see `launch.backends.ray._LOCAL_WORKER_NICENESS`).
     """
     token = subprocess.run([RAY, "get-auth-token", "--generate"], capture_output=True,
                            text=True, check=True).stdout.strip()
     env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token,
+               RAY_worker_niceness="0",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    head_env = dict(env, RAY_health_check_period_ms="500", RAY_health_check_timeout_ms="1000",
+    head_env = dict(env, RAY_health_check_period_ms="500", RAY_health_check_timeout_ms="10000",
                     RAY_health_check_failure_threshold="4")
     # A short temp dir: Ray's Unix socket paths live under it (at most 107 characters).
     temp_dir = tempfile.mkdtemp(prefix="sa-ray-", dir="/tmp")
@@ -396,6 +421,7 @@ def shared_ray() -> Iterator[None]:
         # Set before the raylet starts: its workers inherit its environment.
         patch.setenv("SEED_AGENTS_TF_THREADS", "1")
         patch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+        patch.setenv("RAY_worker_niceness", "0")  # as run_ray's own local Ray
         ray.init(address="local", num_cpus=5, _node_ip_address="127.0.0.2",
                  include_dashboard=False)
         try:
