@@ -371,8 +371,10 @@ def test_a_killed_run_resumes_its_learner_counts_and_replay(tmp_path):
 
     first = _start([str(script), str(logdir), "1000000000", "new"], tmp_path, env,
                    tmp_path / "first.out")
+    # Generous: beside two busy loops, mid-suite, this run's first processes took minutes
+    # to start (its learner logged 10 minutes after the run began).
     try:
-        _wait(stepped_checkpoint, 600, "a learner checkpoint after a step")
+        _wait(stepped_checkpoint, 1200, "a learner checkpoint after a step")
         _wait(full_replay_checkpoint, 600, "a replay checkpoint of a full table")
     finally:
         _kill_group(first)  # a hard kill: only the timers' checkpoints survive
@@ -394,7 +396,7 @@ def test_a_killed_run_resumes_its_learner_counts_and_replay(tmp_path):
     second = _start([str(script), str(logdir), str(budget), "resume"], tmp_path, env,
                     tmp_path / "second.out")
     try:
-        second.wait(600)  # the event is the run ending at its budget; generous on a loaded CPU
+        second.wait(1200)  # the event is the run ending at its budget; generous on a loaded CPU
     finally:
         _kill_group(second)
     output = (tmp_path / "second.out").read_text()

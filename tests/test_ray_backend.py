@@ -196,12 +196,13 @@ def _cluster(log: Path, workers: dict[str, dict[str, float]], num_cpus: int = 3,
     processes it started. The head declares a lost machine dead within about 2 s (Ray's
     default is 15 s or more): a killed raylet refuses each health check at once, while a
     live one on busy cores has 10 s to answer each of the 4. Workers run at the test's own
-    priority, as a local Ray's do (see `launch.backends.ray._LOCAL_WORKER_NICENESS`).
+    priority, as a local Ray's do (see `launch.backends.ray._LOCAL_WORKER_NICENESS`), and
+    `ray start` waits up to 300 s for its GCS (Ray's 60 s ran out beside two busy loops).
     """
     token = subprocess.run([RAY, "get-auth-token", "--generate"], capture_output=True,
                            text=True, check=True).stdout.strip()
     env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token,
-               RAY_worker_niceness="0",
+               RAY_worker_niceness="0", RAY_gcs_server_request_timeout_seconds="300",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     head_env = dict(env, RAY_health_check_period_ms="500", RAY_health_check_timeout_ms="10000",
                     RAY_health_check_failure_threshold="4")
