@@ -193,9 +193,10 @@ def _cluster(log: Path, workers: dict[str, dict[str, float]], num_cpus: int = 3,
     one `ray get-auth-token --generate` keeps in ~/.ray/auth_token, which a local
     `ray.init` creates anyway) through the yielded environment. Each node is
     `ray start --block` in its own process group, so the test stops exactly the
-    processes it started. The head declares a lost machine dead within about 2 s (Ray's
-    default is 15 s or more): a killed raylet refuses each health check at once, while a
-    live one on busy cores has 10 s to answer each of the 4. Workers run at the test's own
+    processes it started (a group, not a session: see `test_checkpointing._start`). The
+    head declares a lost machine dead within about 2 s (Ray's default is 15 s or more):
+    a killed raylet refuses each health check at once, while a live one on busy cores has
+    10 s to answer each of the 4. Workers run at the test's own
     priority, as a local Ray's do (see `launch.backends.ray._LOCAL_WORKER_NICENESS`), and
     `ray start` waits up to 300 s for its GCS (Ray's 60 s ran out beside two busy loops).
     """
@@ -227,7 +228,7 @@ def _cluster(log: Path, workers: dict[str, dict[str, float]], num_cpus: int = 3,
                  f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}", *common,
                  f"--resources={json.dumps(head_resources or {})}",
                  *node_ports_args(node_ports[:5])],
-                env=head_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+                env=head_env, stdout=out, stderr=subprocess.STDOUT, process_group=0))
             deadline = time.monotonic() + 300
             while not (Path(temp_dir) / "ray_current_cluster").exists():
                 assert processes[0].poll() is None, f"the head failed; see {log}"
@@ -239,7 +240,7 @@ def _cluster(log: Path, workers: dict[str, dict[str, float]], num_cpus: int = 3,
                      f"--node-ip-address={ip}", f"--resources={json.dumps(resources)}",
                      f"--num-cpus={worker_cpus}", *common,
                      *node_ports_args(node_ports[5 * i:5 * i + 5])],
-                    env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                    env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0)
                 processes.append(nodes[ip])
                 # One node at a time: `ray start` gives its raylet 30 s to register, and
                 # three starting together on two busy cores missed that.
