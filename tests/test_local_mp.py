@@ -273,7 +273,11 @@ def test_a_killed_learner_and_then_its_replay_come_back_and_the_run_reaches_its_
     # Each new learner restored a checkpoint and served the runners on the same address,
     # and the evaluator went on (its death would have ended the run).
     assert (tmp_path / "logs" / "learner.log").read_text().count("resumed from") == 2
-    assert not any(_alive(pid) for pid in _pids(tmp_path).values())
+    # Every node was stopped or killed; a killed one may still be torn down on busy cores.
+    deadline = time.monotonic() + 120
+    while any(_alive(pid) for pid in last.values()):
+        assert time.monotonic() < deadline, f"nodes outlived the run: {last}"
+        time.sleep(0.2)
 
 
 def _dies_at_once(context, **kwargs) -> None:

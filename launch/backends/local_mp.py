@@ -53,10 +53,7 @@ from seed_agents.utils import storage
 from seed_agents.utils.checkpointing import has_replay_checkpoint, replay_directory
 
 _STOP_TIMEOUT_S = 10.0
-# A SIGKILLed process goes once the kernel has torn it down, which on a loaded machine
-# takes seconds (on 2 cores beside two busy loops a node outlived the 5 s this was):
-# waiting for it keeps the promise that every node is gone when the run returns.
-_KILL_TIMEOUT_S = 60.0
+_KILL_TIMEOUT_S = 5.0
 _LAST_GROUP_S = 2.0  # of _STOP_TIMEOUT_S, kept for the last group to stop (the replay)
 _MAX_BACKOFF_S = 30.0
 _ORPHAN_GRACE_S = 60.0  # a stopping learner may still save a checkpoint on a busy machine
@@ -321,7 +318,9 @@ class _Supervisor:
         own seconds even after a node that ignores its SIGTERM (the learner, while its
         main thread is blocked in a Reverb call that only returns once the replay is
         gone; stopping the replay frees it). Every process is reaped before this returns,
-        unless the kernel cannot kill it.
+        unless the kernel takes more than `_KILL_TIMEOUT_S` to tear a killed one down (seen
+        on 2 cores beside two busy loops): the stop keeps its bound, and that process is
+        past doing anything.
         """
         deadline = time.monotonic() + _STOP_TIMEOUT_S
         groups = [[self.processes[n.name] for n in self._program.group(group)
