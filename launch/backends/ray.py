@@ -469,8 +469,8 @@ _LOCAL_RAY_ATTEMPTS = 3
 # its machine with whatever else runs there: niced, the learner and the runners (all
 # actors) yield nearly all of the CPU to any ordinary process (on 2 cores beside two busy
 # loops, the test of a local Ray run took 416 s niced and 27 s not), while the same
-# program on `local_mp` runs at the user's own priority. A local Ray's workers run at that priority
-# too; RAY_worker_niceness in the environment still decides when it is set.
+# program on `local_mp` runs at the user's own priority. A local Ray's workers run at
+# that priority too; RAY_worker_niceness in the environment still decides when set.
 _LOCAL_WORKER_NICENESS = 0
 
 
