@@ -7,7 +7,9 @@ every address is loopback or a unix socket.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -439,6 +441,38 @@ def test_runner_reconnects_when_the_service_restarts_on_the_same_port():
         if runner is not None:
             runner.close()
         service.stop(grace_s=0.2)
+        setup.close()
+
+
+def test_a_stop_goes_on_when_grpcs_shutdown_never_reports(caplog):
+    """gRPC's asyncio server reports its shutdown complete through an event its poller
+    thread hands to the loop; once in CI it had not come 10 s into a stop, and `stop`
+    raised TimeoutError, leaving the test's servers running. Here one server's report is
+    withheld: the stop must still return, log it, free the port and leave no thread."""
+    setup = Setup()
+    service = InferenceService(setup.server, SPEC, accept_loops=2)
+    try:
+        address = service.start()
+        runner = RemoteRunner(address, ENV, 2, runner_id="r")
+        runner.run(max_steps=3)
+        runner.close()
+        withheld = service._grpc_servers[0]
+        real_stop = withheld.stop
+
+        async def never_reports(grace):
+            await real_stop(grace)
+            await asyncio.Event().wait()
+
+        withheld.stop = never_reports
+        with caplog.at_level(logging.WARNING, "seed_agents.inference.grpc_service"):
+            service.stop(grace_s=0)
+        assert "1 of 2 gRPC servers did not report their shutdown" in caplog.text
+        assert service._thread is None and setup.server.num_clients == 0
+        again = InferenceService(setup.server, SPEC, address=address)
+        assert again.start() == address
+        again.stop(grace_s=0)
+    finally:
+        service.stop(grace_s=0)
         setup.close()
 
 

@@ -71,7 +71,8 @@ from seed_agents.utils.startup import START_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
 
-_STOP_CLEANUP_S = 5.0  # How long `stop` waits, after the grace, for streams' cleanup.
+# How long `stop` waits, after the grace, for gRPC's shutdown and then for streams' cleanup.
+_STOP_CLEANUP_S = 5.0
 _Status = tuple[grpc.StatusCode, str]
 
 
@@ -277,7 +278,10 @@ class InferenceService:
         try:
             loop.run_forever()
         finally:
-            loop.close()
+            try:
+                _finish_tasks(loop)
+            finally:
+                loop.close()
 
     async def _start(self) -> str:
         loop = asyncio.get_running_loop()
@@ -350,24 +354,38 @@ class InferenceService:
         """Stops serving; open streams get `grace_s` seconds, then are cancelled.
 
         Returns once every stream has been cleaned up (disconnected from the server, its
-        partial unrolls discarded), or after a further few seconds if a handler is stuck.
+        partial unrolls discarded), or after a further few seconds if a handler or gRPC's
+        own shutdown is stuck (logged): a stop never hangs and never raises for that.
         The `InferenceServer` itself stays up: a new service can serve it.
         """
         loop, self._loop = self._loop, None
         if loop is None:
             return
+        shutdown = asyncio.run_coroutine_threadsafe(self._shutdown(grace_s), loop)
         try:
-            asyncio.run_coroutine_threadsafe(self._shutdown(grace_s), loop).result(
-                grace_s + 2 * _STOP_CLEANUP_S)
+            # `_shutdown` bounds its own waits; this bound is for a loop that is blocked.
+            shutdown.result(grace_s + 3 * _STOP_CLEANUP_S)
+        except concurrent.futures.TimeoutError:
+            logger.error("The inference service's event loop did not finish its shutdown "
+                         "within %.0f s; stopping it anyway.", grace_s + 3 * _STOP_CLEANUP_S)
         finally:
             loop.call_soon_threadsafe(loop.stop)
-            self._thread.join(_STOP_CLEANUP_S)
+            self._thread.join(2 * _STOP_CLEANUP_S)
             self._thread = None
         logger.info("Inference service on %s stopped.", self._address)
 
     async def _shutdown(self, grace_s: float) -> None:
         self._sweeper.cancel()
-        await asyncio.gather(*(server.stop(grace_s) for server in self._grpc_servers))
+        # gRPC's asyncio server learns that its shutdown is complete from an event its
+        # poller thread hands to the loop. Should that never come (once, in CI, a stop
+        # waited over 10 s for it), the stop goes on without it: a server stops
+        # listening when its shutdown starts, and cancels its calls after the grace.
+        stops = [asyncio.ensure_future(server.stop(grace_s)) for server in self._grpc_servers]
+        _, stuck = await asyncio.wait(stops, timeout=grace_s + _STOP_CLEANUP_S)
+        if stuck:
+            logger.warning("%d of %d gRPC servers did not report their shutdown within "
+                           "%.0f s of the stop; going on without them.", len(stuck),
+                           len(stops), grace_s + _STOP_CLEANUP_S)
         self._grpc_servers.clear()
         try:
             await asyncio.wait_for(self._idle.wait(), _STOP_CLEANUP_S)
@@ -551,6 +569,21 @@ class InferenceService:
                               f"the policy's actions cannot be sent: {error}") from None
             stream.deadline = loop.time() + idle_timeout_s
             await context.write(answer)
+
+
+def _finish_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancels the tasks still pending on a stopped loop and lets them unwind.
+
+    As `asyncio.run` does before it closes its loop: a task left pending on a closed loop
+    (a handler gRPC has not finished, a stuck server stop) would be closed by the garbage
+    collector later, in whatever thread collects it, running its cleanup there.
+    """
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.wait(tasks, timeout=_STOP_CLEANUP_S))
+    loop.run_until_complete(loop.shutdown_asyncgens())
 
 
 def _check_port_free(address: str, host: str, port: str) -> None:
