@@ -19,17 +19,18 @@ configure_tf_threads(1, 1)
 _START_THREADS = psutil.Process().num_threads()
 
 # A stopped Reverb server keeps its ~37 native threads until the object is freed, and a
-# test's servers often sit in a reference cycle (a callback bound to its owner) that only
-# a full collection frees: 240-600 such threads piled up in a worker, some waking a few
-# times a second. A full collection costs ~0.15 s with TensorFlow loaded, so it runs only
-# when the worker holds this many more threads than after the last one.
+# test's servers often sit in reference cycles that only a full collection frees: 240-600
+# such threads piled up in a worker, some waking a few times a second. A full collection
+# costs ~0.15 s with TensorFlow loaded, so it runs only when the worker holds this many
+# more threads than after the last one.
 _COLLECT_AFTER_NEW_THREADS = 64
 _threads_after_collect = _START_THREADS
 
 
 @pytest.fixture(autouse=True)
 def _stops_what_it_starts():
-    """Fails a test that leaves a thread, a child process or a listening socket behind."""
+    """Fails a test that leaves a thread, a child process or a listening socket behind;
+    frees what reference cycles still hold once native threads pile up."""
     global _threads_after_collect
     before = leaks.snapshot()
     yield
