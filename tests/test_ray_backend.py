@@ -196,9 +196,9 @@ def _cluster(log: Path, workers: dict[str, dict[str, float]], num_cpus: int = 3,
     processes it started (a group, not a session: see `test_checkpointing._start`). The
     head declares a lost machine dead within about 2 s (Ray's default is 15 s or more):
     a killed raylet refuses each health check at once, while a live one on busy cores has
-    10 s to answer each of the 4. Workers run at the test's own
-    priority, as a local Ray's do (see `launch.backends.ray._LOCAL_WORKER_NICENESS`), and
-    `ray start` waits up to 300 s for its GCS (Ray's 60 s ran out beside two busy loops).
+    10 s to answer each of the 4. Workers run at the test's own priority, as a local
+    Ray's do (see `launch.backends.ray._LOCAL_WORKER_NICENESS`), and `ray start` waits up
+    to 300 s for its GCS (Ray's 60 s ran out beside two busy loops).
     """
     token = subprocess.run([RAY, "get-auth-token", "--generate"], capture_output=True,
                            text=True, check=True).stdout.strip()
@@ -423,9 +423,7 @@ def shared_ray() -> Iterator[None]:
         # Set before the raylet starts: its workers inherit its environment.
         patch.setenv("SEED_AGENTS_TF_THREADS", "1")
         patch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
-        patch.setenv("RAY_worker_niceness", "0")  # as run_ray's own local Ray
-        ray.init(address="local", num_cpus=5, _node_ip_address="127.0.0.2",
-                 include_dashboard=False)
+        _start_local_ray(num_cpus=5, _node_ip_address="127.0.0.2")  # as run_ray's own
         try:
             yield
         finally:
