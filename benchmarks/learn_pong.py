@@ -2,21 +2,26 @@
 
     python benchmarks/learn_pong.py [--frames 13000000] [--protocol ale_v5|no_sticky_life_loss]
                                     [--preset atari_ppo] [--seed 0] [--minutes 600]
+                                    [--game Pong] [--env-options fire=1] [--target 18]
                                     [--logdir DIR [--resume]]
 
-Trains `atari:Pong` under the named protocol (`seed_agents.envs.atari.ATARI_PROTOCOLS`)
-with the named V-trace preset as local processes (the README's Atari data path: runner
-processes, central inference, the FIFO queue), anneals the preset's schedules over the
-frame budget, and reads the run's `train.csv` (the mean return of the last 100 games
-against env steps) back as the score curve. Frames are emulator frames: env steps x 4.
+Trains `atari:<game>` (Pong unless `--game` names another) under the named protocol
+(`seed_agents.envs.atari.ATARI_PROTOCOLS`) with the named V-trace preset as local
+processes (the README's Atari data path: runner processes, central inference, the FIFO
+queue), anneals the preset's schedules over the frame budget, and reads the run's
+`train.csv` (the mean return of the last 100 games against env steps) back as the score
+curve. Frames are emulator frames: env steps x 4.
 
 Prints the curve (frames, games, mean return) and, last, one JSON line:
-`value` is the 100-game mean at the end of the run, `frames_to_18` and `frames_to_0` the
-frames when that mean (over at least 100 games) first reached 18 and 0 (null: never),
-`baseline` a uniformly random policy's mean return over `--baseline-games` games of the
-same protocol, played in the same run, and `ratio` = (value - baseline) / (18 -
-baseline): 1 at the issue's target, 0 at random play. A run stopped by `--minutes`
-before its budget says so in `stop_reason` and `frames`.
+`value` is the 100-game mean at the end of the run, `frames_to` the frames when that mean
+(over at least 100 games) first reached each of `--milestones` (Pong: 0, 10 and 18; null:
+never), `baseline` a uniformly random policy's mean return over `--baseline-games` games of
+the same protocol, played in the same run, and `ratio` = (value - baseline) / (target -
+baseline): 1 at the target (`--target`, Pong's 18 by default), 0 at random play; the
+learner's busy fraction (1 - the time it waited for data) and the frames/s stand beside
+it. A run stopped by `--minutes` before its budget says so in `stop_reason` and `frames`.
+For a game other than Pong, name a `--target` (an anchor's score at the budget) to get a
+ratio.
 
 A run can be split into pieces (a machine lent for minutes at a time, a session's end):
 stop it with `--minutes`, then continue it with the same arguments plus `--resume` and a
@@ -46,7 +51,8 @@ from seed_agents.envs.random_play import random_return  # noqa: E402
 from seed_agents.utils.overrides import parse_overrides  # noqa: E402
 from seed_agents.utils.reference import machine_report  # noqa: E402
 
-TARGET = 18.0
+PONG_TARGET = 18.0
+PONG_MILESTONES = (0.0, 10.0, 18.0)
 ACTION_REPEAT = 4
 MIN_GAMES = 100  # the thresholds are read on a 100-game mean, as the anchors' curves are
 
@@ -72,10 +78,31 @@ def frames_to(curve: list[tuple[int, int, float]], score: float) -> int | None:
                  if games >= MIN_GAMES and mean >= score), None)
 
 
+def learner_busy_fraction(logdir: str) -> float | None:
+    """1 - the mean fraction of time the learner waited for data (`rates.csv`), or None."""
+    waits = []
+    with open(os.path.join(logdir, "rates.csv"), newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                waits.append(float(row["replay_sample_wait_frac"]))
+            except (TypeError, ValueError):
+                continue
+    waits = [w for w in waits if np.isfinite(w)]
+    return round(1.0 - float(np.mean(waits)), 3) if waits else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=13_000_000, help="emulator frames")
     parser.add_argument("--protocol", choices=sorted(ATARI_PROTOCOLS), default="ale_v5")
+    parser.add_argument("--game", default="Pong", help="an ALE game, e.g. Breakout")
+    parser.add_argument("--env-options", default="",
+                        help="more atari: options after the protocol's, e.g. fire=1")
+    parser.add_argument("--target", type=float, default=None,
+                        help="the score the ratio is measured against (Pong: 18)")
+    parser.add_argument("--milestones", default=None,
+                        help="comma-separated scores to report the frames to "
+                             "(Pong: 0,10,18; others: the target)")
     parser.add_argument("--preset", default="atari_ppo", choices=["atari_ppo", "atari_cpu"])
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="V-trace config overrides after the preset")
@@ -96,8 +123,20 @@ def main() -> None:
         args.frames // ACTION_REPEAT)
     if args.resume and not args.logdir:
         parser.error("--resume continues the run in --logdir: name it.")
-    env_id = protocol_env_id("Pong", args.protocol)
-    logdir = args.logdir or time.strftime("runs/learn_pong-%Y%m%d-%H%M%S")
+    pong = args.game.lower() == "pong"
+    target = args.target if args.target is not None else (PONG_TARGET if pong else None)
+    if args.milestones is not None:
+        try:
+            milestones = tuple(float(m) for m in args.milestones.split(",") if m.strip())
+        except ValueError:
+            parser.error(f"--milestones takes comma-separated numbers, got {args.milestones!r}")
+    else:
+        milestones = PONG_MILESTONES if pong else ((target,) if target is not None else ())
+    env_id = protocol_env_id(args.game, args.protocol)
+    if args.env_options.strip(","):
+        env_id = f"{env_id},{args.env_options.strip(',')}"
+    bench = "learn_pong" if pong else f"learn_atari_{args.game.lower()}"
+    logdir = args.logdir or time.strftime(f"runs/{bench}-%Y%m%d-%H%M%S")
 
     baseline = random_return(env_id, args.baseline_games, 10_000 + args.seed)
     result = run_local_mp(Experiment(
@@ -111,19 +150,20 @@ def main() -> None:
     for frames, games, mean in curve[:: max(1, len(curve) // 40)]:
         print(f"frames {frames:>11,}  games {games:>6,}  mean return {mean:6.2f}")
     if not np.isfinite(result.mean_return):
-        raise SystemExit(f"No game of Pong ended within the run ({result.env_steps:,} env "
+        raise SystemExit(f"No game of {args.game} ended within the run ({result.env_steps:,} env "
                          "steps): give it more frames or minutes.")
     value = result.mean_return
+    ratio = None if target is None else round((value - baseline) / (target - baseline), 3)
     print(json.dumps({
-        "bench": "learn_pong",
+        "bench": bench,
         "value": round(value, 2),
         "unit": "return",
         "frames": result.env_steps * ACTION_REPEAT,
         "frame_budget": args.frames,
         "games": result.episodes,
-        "frames_to_18": frames_to(curve, TARGET),
-        "frames_to_0": frames_to(curve, 0.0),
+        "frames_to": {f"{m:g}": frames_to(curve, m) for m in milestones},
         "frames_per_s": round(result.env_steps * ACTION_REPEAT / result.wall_s, 1),
+        "learner_busy_frac": learner_busy_fraction(logdir),
         "stop_reason": result.stop_reason,
         "protocol": args.protocol,
         "env": env_id,
@@ -133,8 +173,9 @@ def main() -> None:
         "logdir": logdir,
         "baseline": round(baseline, 2),
         "baseline_kind": f"random policy, {args.baseline_games} games",
-        "ratio": round((value - baseline) / (TARGET - baseline), 3),
-        "ratio_kind": "(value - random) / (18 - random): 1 meets the target",
+        "target": target,
+        "ratio": ratio,
+        "ratio_kind": "(value - random) / (target - random): 1 meets the target",
         "machine": machine_report(config.precision),
     }))
 

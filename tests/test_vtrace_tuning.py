@@ -498,3 +498,36 @@ def test_train_anneals_a_preset_over_its_steps():
     config = cli.make_experiment(args).builder.config
     assert config.anneal_steps == 1024000 // (32 * 32)
     assert config.final_learning_rate_fraction == 0.0
+
+
+def test_each_vtrace_preset_states_its_gradient_steps_per_sample():
+    """The presets' docstrings quote their gradient work per agent step; the configs they
+    build must do what the docstrings say (PPO's 16 per 1,024 for atari_ppo)."""
+    from seed_agents.agents.vtrace import presets
+    from seed_agents.utils.overrides import parse_overrides
+
+    counts = {}
+    for name, preset in presets.VTRACE_PRESETS.items():
+        config = parse_overrides(VTraceConfig, preset)
+        counts[name] = (config.gradient_steps_per_learner_step,
+                        config.samples_per_learner_step)
+    assert counts == {"atari_ppo": (16, 1024), "atari_cpu": (2, 128), "minatar": (4, 1024)}
+    assert "16 gradient steps per 1,024 agent steps" in _preset_docstring(presets, "ATARI_PPO")
+    assert "2 gradient steps per 128 agent steps" in _preset_docstring(presets, "ATARI_CPU")
+    assert "4 per 1,024 agent steps" in _preset_docstring(presets, "MINATAR")
+    config = parse_overrides(VTraceConfig, presets.ATARI_PPO)
+    # Minibatches are whole unrolls: 8 of the 32 per gradient step.
+    assert config.batch_size // config.num_minibatches == 8
+
+
+def _preset_docstring(module, name: str) -> str:
+    """The string literal that follows `name = (...)` in the module's source."""
+    import ast
+    import inspect
+
+    body = ast.parse(inspect.getsource(module)).body
+    for node, following in zip(body, body[1:], strict=False):
+        targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+        if any(getattr(t, "id", None) == name for t in targets):
+            return " ".join(following.value.value.split())
+    raise AssertionError(f"{name} has no docstring")

@@ -151,13 +151,27 @@ class VTraceConfig:
     observation_normalization: bool = False
     observation_clip: float = 5.0
 
+    @property
+    def samples_per_learner_step(self) -> int:
+        """Agent steps each learner step consumes: `batch_size` unrolls of `unroll_length`
+        (each unroll is sampled once from the queue)."""
+        return self.batch_size * self.unroll_length
+
+    @property
+    def gradient_steps_per_learner_step(self) -> int:
+        """Gradient steps each learner step takes: one per minibatch per epoch
+        (`sgd_steps_per_batch * num_minibatches`). Per agent step that is this over
+        `samples_per_learner_step`, the figure to compare with PPO's (4 epochs x 4
+        minibatches on 1,024 samples: 16 per 1,024)."""
+        return self.sgd_steps_per_batch * self.num_minibatches
+
     def for_budget(self, env_steps: int) -> VTraceConfig:
         """This config for a run of `env_steps` agent steps: with `anneal_over_budget`
         and no `anneal_steps`, the schedule ends with the budget (each learner step
         consumes `batch_size * unroll_length` agent steps)."""
         if self.anneal_steps is not None or not self.anneal_over_budget:
             return self
-        steps = max(1, env_steps // (self.batch_size * self.unroll_length))
+        steps = max(1, env_steps // self.samples_per_learner_step)
         return dataclasses.replace(self, anneal_steps=steps)
 
     def __post_init__(self):

@@ -31,19 +31,19 @@ ATARI_CPU: tuple[str, ...] = (
 )
 """Atari on a few CPU cores (examples/atari_pong.py).
 
-Learning costs more CPU than acting there (Nature CNN: ~0.6 ms per frame for a learner
-step, ~0.2 ms for inference, ~0.3 ms for the emulator, in float32), so the settings spend
-the learner's CPU on many small gradient steps: batches of 4 unrolls of 32 steps, two
-steps on each (PPO's clip keeps the second close to the acting policy), one step per 64 env
-steps. One step per 512 env steps (batches of 16, one step each) learned nothing of Pong in
-10M frames. The learning rate is PPO's Atari scale rather than IMPALA's 6e-4 (with Adam at
-6e-4 the first convolution's units all died within minutes), and advantages are normalized
-per batch, so that the policy gradient is not drowned by the entropy term while Pong's
-rewards are rare. The torso's precision is "auto": bfloat16 where the hardware computes it
-natively (~40% less CPU per frame), float32 elsewhere (emulated bfloat16 made learning 8x
-slower on an AVX2-only CPU). Rewards are clipped to [-1, 1]. The queue holds more than the
-64 unrolls that lockstep runners complete at once, so that a burst of them never blocks
-acting.
+Learning costs more CPU than acting there (Nature CNN: ~0.6 ms per frame for a learner step,
+~0.2 ms for inference, ~0.3 ms for the emulator, in float32), so the settings spend the
+learner's CPU on many small gradient steps: batches of 4 unrolls of 32 steps, two steps on
+each (PPO's clip keeps the second close to the acting policy): **2 gradient steps per 128
+agent steps** (one per 64, each on 128 samples). One step per 512 env steps (batches of 16,
+one step each) learned nothing of Pong in 10M frames. The learning rate is PPO's Atari scale
+rather than IMPALA's 6e-4 (with Adam at 6e-4 the first convolution's units all died within
+minutes), and advantages are normalized per batch, so that the policy gradient is not
+drowned by the entropy term while Pong's rewards are rare. The torso's precision is "auto":
+bfloat16 where the hardware computes it natively (~40% less CPU per frame), float32
+elsewhere (emulated bfloat16 made learning 8x slower on an AVX2-only CPU). Rewards are
+clipped to [-1, 1]. The queue holds more than the 64 unrolls that lockstep runners complete
+at once, so that a burst of them never blocks acting.
 """
 
 
@@ -60,6 +60,7 @@ ATARI_PPO: tuple[str, ...] = (
     "batch_size=32",
     "queue_size=96",
     "sgd_steps_per_batch=4",
+    "num_minibatches=4",
     "ppo_clip=0.1",
     "normalize_advantages=True",
     "entropy_cost=0.01",
@@ -69,17 +70,24 @@ ATARI_PPO: tuple[str, ...] = (
     "final_learning_rate_fraction=0.0",
     "anneal_over_budget=True",
 )
-"""Atari with the settings of the sample-efficient anchors (CleanRL's `ppo_atari.py`).
+"""Atari with the settings and the counting of the sample-efficient anchors (CleanRL's
+`ppo_atari.py`).
 
-Each learner step sees 32 unrolls of 32 steps (1,024 samples, PPO's 8 envs x 128 steps)
-and takes 4 gradient steps on them (PPO's epochs; every unroll is sampled once from the
-queue, and V-trace with lambda 0.95 plays GAE's part while correcting for the policy lag
-of the queue), with Adam at 2.5e-4 annealed linearly to 0, entropy 0.01, PPO's clip 0.1,
-value and advantage scale as in PPO (normalized advantages, value cost 0.5, gradients
+Gradient work per sample, as PPO's: each learner step sees 32 unrolls of 32 steps (1,024
+samples, PPO's 8 envs x 128 steps) and takes 4 epochs x 4 minibatches of 8 unrolls (256
+samples) = **16 gradient steps per 1,024 agent steps** (one per 64). Every unroll is sampled
+once from the queue; V-trace with lambda 0.95 plays GAE's part while correcting for the
+policy lag of the queue. Adam at 2.5e-4 annealed linearly to 0, entropy 0.01, PPO's clip
+0.1, value and advantage scale as in PPO (normalized advantages, value cost 0.5, gradients
 clipped to norm 0.5) and clipped rewards. The schedule ends with the run's budget
-(`VTraceConfig.for_budget`, which `train` and the benchmarks apply). About 4x the
-learner CPU per frame of `ATARI_CPU` (4 passes over each sample instead of 2 on half).
-Not yet run to its 13M-frame budget on this project's machines: see the README.
+(`VTraceConfig.for_budget`, which `train` and the benchmarks apply).
+
+Why minibatches: with one gradient step per epoch (4 per 1,024 samples, `num_minibatches=1`)
+Pong's policy had not moved after 4M frames (100-game mean -20.05, entropy 1.75 of the
+uniform 1.79, the learner waiting for data 95-99% of the time); with PPO's 16 it passed 0
+at 4.45M frames on the same seed. The learner is then the busy part of a 2-core run (the
+runners wait on the full queue), at about 3,000 frames/s. See the README's Atari section
+for each seed's curve.
 """
 
 
@@ -108,17 +116,17 @@ MINATAR: tuple[str, ...] = (
 
 The network is the paper's (one 3x3 convolution of 16 channels, 128 units), shared by the
 policy and the value as in the PPO anchors; a learner step sees 32 unrolls of 32 steps
-(1,024 samples) and takes 4 gradient steps on them, with PPO's clip 0.2, GAE-like lambda
-0.95, normalized advantages, gradients clipped to norm 0.5 and entropy 0.01. Rewards are
-MinAtar's own (no clipping: they are small integers). The learning rate is what MinAtar
-taught: on Breakout at 2M frames (seed 0), Adam at 5e-4 ended at a 100-episode mean of
-5.3 with the policy's entropy collapsed to ~0.1 nats within 300K frames, 2.5e-3 at 15.0
-and 5e-3 at 22.9: this small network wants a large step. The value is learned on
-PopArt-normalized targets (`value_normalization=popart`; Space Invaders' returns are ten
-times Breakout's) and the learning rate falls linearly to 0 over the run's budget, as
-PPO's does: at 5M frames (2 seeds) Space Invaders went from 139.0 without the two to
-320.8 with them, Asterix from 31.7 to 51.0. See the README's MinAtar section for the
-figures and what else was tried.
+(1,024 samples) and takes 4 gradient steps on them (**4 per 1,024 agent steps**, each on the
+whole batch), with PPO's clip 0.2, GAE-like lambda 0.95, normalized advantages, gradients
+clipped to norm 0.5 and entropy 0.01. Rewards are MinAtar's own (no clipping: they are small
+integers). The learning rate is what MinAtar taught: on Breakout at 2M frames (seed 0), Adam
+at 5e-4 ended at a 100-episode mean of 5.3 with the policy's entropy collapsed to ~0.1 nats
+within 300K frames, 2.5e-3 at 15.0 and 5e-3 at 22.9: this small network wants a large step.
+The value is learned on PopArt-normalized targets (`value_normalization=popart`; Space
+Invaders' returns are ten times Breakout's) and the learning rate falls linearly to 0 over
+the run's budget, as PPO's does: at 5M frames (2 seeds) Space Invaders went from 139.0
+without the two to 320.8 with them, Asterix from 31.7 to 51.0. See the README's MinAtar
+section for the figures and what else was tried.
 """
 
 
