@@ -248,6 +248,35 @@ def test_life_discount_cuts_bootstrapping_but_the_episode_is_the_whole_game():
     assert all(d == 1.0 for i, d in enumerate(discounts) if i not in lost)
 
 
+@pytest.mark.parametrize("mode", ["life_discount=1", "life_loss=1", "life_discount=0"])
+def test_fire_serves_every_ball_so_a_policy_that_never_fires_still_ends_the_game(mode):
+    """fire=1 presses FIRE after each reset and lost life: with NOOPs only, Breakout's five
+    balls are served and lost. Without it the ball is never launched and no life is lost."""
+    def play_noops(rest: str, max_steps: int = 2_000) -> tuple[int, list[int]]:
+        env = _make(rest)
+        env.reset()
+        lives_at_last = []
+        for step in range(1, max_steps + 1):
+            if env.step(0).last():
+                lives_at_last.append(env.ale.lives())
+                if env.ale.game_over():
+                    return step, lives_at_last
+                env.reset()
+        return max_steps, lives_at_last
+
+    steps, lives_at_last = play_noops(f"breakout,{mode},noops=0,sticky=0,fire=1")
+    assert steps < 2_000
+    assert lives_at_last == ([4, 3, 2, 1, 0] if mode == "life_loss=1" else [0])
+    steps, lives_at_last = play_noops(f"breakout,{mode},noops=0,sticky=0", max_steps=500)
+    assert steps == 500 and lives_at_last == []
+
+
+def test_fire_is_refused_for_a_game_without_fire():
+    assert parse_atari_id("breakout,fire=1").fire_on_reset
+    with pytest.raises(ValueError, match="freeway has no FIRE action"):
+        _make("freeway,fire=1")
+
+
 def test_life_loss_modes_exclude_each_other_and_protocols_name_their_options():
     from seed_agents.envs.atari import protocol_env_id
 

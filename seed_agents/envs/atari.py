@@ -14,7 +14,9 @@ preprocessing is a field of `AtariConfig`:
 * optionally a lost life ends the agent's episode (discount 0) without resetting the game,
   or, the protocol of CleanRL's and RLlib's Atari results, only cuts the learner's
   bootstrapping (a MID step with discount 0), so that an episode is still a whole game;
-* games cut at 108,000 emulator frames (30 minutes of play): a truncation, discount 1.
+* games cut at 108,000 emulator frames (30 minutes of play): a truncation, discount 1;
+* optionally FIRE pressed for one step after each game reset and each lost life, for games
+  that stand still until the player fires (Breakout), as the anchors' `FireResetEnv` does.
 
 Rewards are the game's raw score changes; clipping is the learner's business.
 
@@ -30,6 +32,7 @@ keys are
     life_loss=0     a lost life is terminal for the agent (`terminal_on_life_loss`)
     life_discount=0 a lost life is a MID step with discount 0 (`discount_on_life_loss`)
     max_frames=108000  emulator frames after which a game is truncated (`max_episode_frames`)
+    fire=0          press FIRE for a step after each reset and lost life (`fire_on_reset`)
     full_actions=0  all 18 joystick actions instead of the game's minimal set (`full_action_set`)
 
 e.g. `atari:Pong`, `atari:breakout,life_loss=1`, `atari:Pong,sticky=0,noops=0,stack=1`.
@@ -139,6 +142,13 @@ class AtariConfig:
         truncated: the step that reaches the cap is a LAST with discount 1. With life loss
         terminal, the cap is on the whole game, not on each life.
       full_action_set: All 18 joystick actions instead of the game's minimal set (Pong: 6).
+      fire_on_reset: Whether FIRE is held for one step (`action_repeat` frames) after each
+        game reset (after the no-ops) and after each lost life, before the agent's next
+        observation; its reward counts toward that step. Games such as Breakout stand still
+        until the player fires: without it an agent must first learn to press FIRE, and a
+        policy that stops pressing it plays out the game's cap doing nothing. The anchors'
+        wrapper chains (baselines' `FireResetEnv`, in CleanRL and SB3) do this for every game
+        whose actions include FIRE; for a game without FIRE it is refused.
     """
 
     game: str
@@ -151,6 +161,7 @@ class AtariConfig:
     discount_on_life_loss: bool = False
     max_episode_frames: int = 108_000
     full_action_set: bool = False
+    fire_on_reset: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "game", rom_id(self.game))
@@ -177,6 +188,7 @@ class AtariConfig:
                              "(a lost life only has discount 0) exclude each other; pick one.")
         _check_int("max_episode_frames", self.max_episode_frames, 1)
         _check_bool("full_action_set", self.full_action_set)
+        _check_bool("fire_on_reset", self.fire_on_reset)
 
 
 # id key -> (AtariConfig field, parser of the value string)
@@ -190,6 +202,7 @@ _OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "life_discount": ("discount_on_life_loss", parse_bool),
     "max_frames": ("max_episode_frames", int),
     "full_actions": ("full_action_set", parse_bool),
+    "fire": ("fire_on_reset", parse_bool),
 }
 _USAGE = (
     f"valid keys: {', '.join(_OPTIONS)} "
@@ -310,6 +323,8 @@ class AtariEnvironment(dm_env.Environment):
 
         actions = ale.getLegalActionSet() if config.full_action_set else ale.getMinimalActionSet()
         self._actions = tuple(actions)
+        if config.fire_on_reset and ale_py.Action.FIRE not in self._actions:
+            raise ValueError(f"fire=1: {config.game} has no FIRE action to press after a reset.")
 
         height, width = ale.getScreenDims()
         self._screen = np.empty((height, width), np.uint8)
@@ -385,6 +400,8 @@ class AtariEnvironment(dm_env.Environment):
         if self._continue_game:
             # A life was lost: the game goes on from its last frame, already in `_frame`.
             self._continue_game = False
+            if self._config.fire_on_reset:
+                self._play(ale_py.Action.FIRE, self._config.action_repeat)
         else:
             self._ale.reset_game()
             noop_max = self._config.noop_max
@@ -393,6 +410,8 @@ class AtariEnvironment(dm_env.Environment):
             if self._ale.game_over():  # Never seen: 30 frames are too few to lose a game.
                 self._ale.reset_game()
                 self._play(ale_py.Action.NOOP, 0)
+            if self._config.fire_on_reset:
+                self._play(ale_py.Action.FIRE, self._config.action_repeat)
         self._lives = self._ale.lives()
         self._reset_next_step = False
         return dm_env.restart(self._restart_stack())
@@ -403,14 +422,21 @@ class AtariEnvironment(dm_env.Environment):
         index = int(action)
         if not 0 <= index < len(self._actions):
             raise ValueError(f"Action {index} is outside [0, {len(self._actions)}).")
-        reward = np.float32(self._play(self._actions[index], self._config.action_repeat))
-        observation = self._push_frame()
-
+        repeat = self._config.action_repeat
+        reward = self._play(self._actions[index], repeat)
         ale = self._ale
-        game_over = ale.game_over()
-        truncated = ale.getEpisodeFrameNumber() >= self._config.max_episode_frames
         lives = ale.lives()
         life_lost = lives < self._lives
+        if (life_lost and self._config.fire_on_reset and not ale.game_over()
+                and not self._config.terminal_on_life_loss):
+            # The game goes on in this episode: serve the next ball now. (With a lost life
+            # terminal, the reset that continues the game fires instead.)
+            reward += self._play(ale_py.Action.FIRE, repeat)
+        reward = np.float32(reward)
+        observation = self._push_frame()
+
+        game_over = ale.game_over()
+        truncated = ale.getEpisodeFrameNumber() >= self._config.max_episode_frames
         self._lives = lives
         if game_over or (life_lost and self._config.terminal_on_life_loss):
             # Checked before truncation: when both hold, the future is still worth nothing.
