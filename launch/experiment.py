@@ -70,8 +70,11 @@ class Experiment:
         backend gives it to the service and to the runners, and the service refuses
         streams without it. A fresh random token per `Experiment` unless given (e.g.
         from `--inference-token-file`); None turns the check off (loopback only).
-        Left out of the repr, so that it never reaches a log, and of comparisons: two
-        experiments that describe the same run differ only in their secrets.
+        Left out of the repr, so that it never reaches a log, of comparisons (two
+        experiments that describe the same run differ only in their secrets) and of
+        `run.json`: no file of the logdir holds it, so a resumed run takes its token
+        from `--inference-token-file` again or makes a new one, which its runners get
+        as a fresh run's do.
       tls: TLS for the inference service (certificate and key for the learner, the CA for
         the runners), or None: plain TCP, fine on one machine or a private network.
       replay_port: the Reverb server's port; 0 picks a free one. Pin it to name it in a
@@ -115,8 +118,10 @@ class Experiment:
     checkpoint_every_s: float | None = 600.0
     resume: bool = False
     max_node_restarts: int = 0
+    # A secret: out of the repr and the comparisons, and (metadata "secret") never written
+    # to run.json or any other file of the logdir (`launch.run_record`).
     inference_token: str | None = dataclasses.field(default_factory=make_token, repr=False,
-                                                    compare=False)
+                                                    compare=False, metadata={"secret": True})
     tls: TLSConfig | None = None
     replay_port: int = 0
     learner_resource: str | None = None

@@ -14,6 +14,9 @@ The config is the builder's `config` dataclass, field by field (tuples as JSON l
 `read_run_record(...).make_builder(agents)` turns it back into the same builder with an
 equal config. Classes are found by name in the table of agents the caller knows (the
 command line's), never imported by name from the file.
+
+Secrets are never recorded: an `Experiment` field marked `metadata={"secret": True}` (the
+inference token) is left out, and a resumed run's record replaces an older one whole.
 """
 
 from __future__ import annotations
@@ -47,6 +50,13 @@ class RecordedExperiment(Protocol):
 
     @property
     def identity(self) -> dict[str, Any]: ...
+
+
+def is_secret(field: dataclasses.Field) -> bool:
+    """Whether a dataclass field holds a secret (`metadata={"secret": True}`, as
+    `Experiment.inference_token`): a run's record never holds one, since a logdir may be
+    a bucket that more people can read than may stream into the run."""
+    return bool(field.metadata.get("secret"))
 
 
 def run_record_path(logdir: str | os.PathLike[str]) -> str:
@@ -115,7 +125,8 @@ class RunRecord:
                        for f in dataclasses.fields(builder)}
                       if dataclasses.is_dataclass(builder) else {})
         settings = {f.name: _to_json(getattr(experiment, f.name))
-                    for f in dataclasses.fields(experiment) if f.name not in _NOT_SETTINGS}
+                    for f in dataclasses.fields(experiment)
+                    if f.name not in _NOT_SETTINGS and not is_secret(f)}
         factory = experiment.network_factory
         return cls(
             builder=class_path(type(builder)),

@@ -1,4 +1,5 @@
-"""What a test leaves behind: Python threads, child processes and listening sockets.
+"""What a test leaves behind: Python threads, child processes and listening sockets; and
+what a run leaves on disk that it must not (`files_holding`: a secret in its logdir).
 
 `conftest.py` snapshots these before each test and fails the test if, after it, anything
 new is still there once a generous wait has passed (servers stop asynchronously: a gRPC
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing.resource_tracker
+import os
 import threading
 import time
 
@@ -86,3 +88,19 @@ def left_behind(before: Snapshot, wait_s: float = WAIT_S) -> list[str]:
             found.append(f"process {pid}")
     found += [f"listening socket {ip}:{port}" for ip, port in listening]
     return found
+
+
+def files_holding(root: str | os.PathLike[str], secret: str) -> list[str]:
+    """The files under `root` (paths relative to it) whose bytes contain `secret`: a run's
+    logdir, which may be a bucket more people read than may join the run, must hold no
+    secret in any file (records, logs, CSV, TensorBoard events, checkpoints)."""
+    assert secret, "an empty secret is in every file"
+    needle = secret.encode()
+    found = []
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as f:
+                if needle in f.read():
+                    found.append(os.path.relpath(path, root))
+    return sorted(found)

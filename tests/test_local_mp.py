@@ -21,6 +21,7 @@ from launch.backends.local_mp import NodeFailedError, _Supervisor, run_local_mp
 from launch.experiment import Experiment
 from launch.program import Node, Program
 from seed_agents.agents.vtrace.config import VTraceConfig
+from tests.leaks import files_holding
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = VTraceConfig(unroll_length=5, batch_size=4, queue_size=16, hidden_sizes=(16,))
@@ -78,7 +79,9 @@ def _wait_for_progress(logdir: Path, steps: int, timeout_s: float = 600.0) -> No
 
 def test_program_runs_as_processes_with_logs_and_evaluation(tmp_path):
     stream = io.StringIO()
-    result = run_local_mp(_experiment(tmp_path, 4_000), stream=stream)
+    experiment = _experiment(tmp_path, 4_000)
+    result = run_local_mp(experiment, stream=stream)
+    assert files_holding(tmp_path, experiment.inference_token) == []  # no secret at rest
     assert result.env_steps >= 4_000 and result.learner_steps > 0
     assert "budget" in result.stop_reason
     for node in ("replay", "learner", "runner-0", "runner-1", "evaluator"):

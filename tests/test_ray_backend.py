@@ -43,6 +43,7 @@ from launch.commands import cli  # noqa: E402
 from launch.control import ControlClient  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
+from tests.leaks import files_holding  # noqa: E402
 from tests.test_r2d2 import _experiment as r2d2_experiment  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +109,9 @@ def test_cli_passes_ray_address_and_learner_gpus(monkeypatch, capsys, tmp_path):
 def test_local_ray_runs_the_program_and_cleans_up(tmp_path):
     children_before = {p.pid for p in psutil.Process().children(recursive=True)}
     logdir = tmp_path / "run"
-    result = run_ray(_experiment(logdir, 3_000), node_ip_address="127.0.0.2", num_cpus=5)
+    experiment = _experiment(logdir, 3_000)
+    result = run_ray(experiment, node_ip_address="127.0.0.2", num_cpus=5)
+    assert files_holding(logdir, experiment.inference_token) == []  # no secret at rest
     assert "budget" in result.stop_reason
     assert result.env_steps >= 3_000
     assert result.learner_steps > 0

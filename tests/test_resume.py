@@ -25,10 +25,12 @@ from launch.restore import load_run
 from launch.run_record import read_run_record
 from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.agents.vtrace.config import VTraceConfig
+from seed_agents.inference.security import make_token
 from seed_agents.inference.server import EpisodeStats
 from seed_agents.utils import checkpointing
 from seed_agents.utils.checkpointing import Checkpointer
 from seed_agents.utils.counting import Counter, RunClock
+from tests.leaks import files_holding
 
 SMALL = VTraceConfig(unroll_length=5, batch_size=4, queue_size=16, hidden_sizes=(16,))
 
@@ -43,6 +45,12 @@ def test_a_resumed_run_continues_its_window_wall_time_and_curves(tmp_path):
                        num_runners=1, envs_per_runner=4, max_env_steps=1_500,
                        logdir=str(tmp_path), log_every_s=0.2, evaluate_every_s=0.2)
     run_inprocess(first, stream=io.StringIO())
+    assert files_holding(tmp_path, first.inference_token) == []  # no secret at rest
+    # A record written before tokens were left out held one: the resumed run's record
+    # replaces it.
+    record = json.loads((tmp_path / "run.json").read_text())
+    record["experiment"]["inference_token"] = first.inference_token
+    (tmp_path / "run.json").write_text(json.dumps(record))
     saved = checkpointing.latest_checkpoint_info(checkpointing.learner_directory(tmp_path))
     window = saved.state["episodes"]
     wall = saved.state["clock"]["wall_s"]
@@ -54,9 +62,12 @@ def test_a_resumed_run_continues_its_window_wall_time_and_curves(tmp_path):
     # run stops on it, its budget untouched.
     budget = saved.counts["env_steps"] + 10**9
     stream = io.StringIO()
-    resumed = run_inprocess(dataclasses.replace(first, max_env_steps=budget, resume=True,
-                                                max_wall_s=wall + 3.0), stream=stream)
+    second = dataclasses.replace(first, max_env_steps=budget, resume=True,
+                                 max_wall_s=wall + 3.0, inference_token=make_token())
+    resumed = run_inprocess(second, stream=stream)
     assert "wall-time limit" in resumed.stop_reason
+    for token in (first.inference_token, second.inference_token):
+        assert files_holding(tmp_path, token) == []
     assert wall + 3.0 <= resumed.wall_s < wall + 60.0
     assert resumed.episodes >= window["episodes"]
     rows = _rows(tmp_path / "train.csv")
