@@ -8,7 +8,8 @@
 Trains `atari:<game>` (Pong unless `--game` names another) under the named protocol
 (`seed_agents.envs.atari.ATARI_PROTOCOLS`) with the named V-trace preset as local
 processes (the README's Atari data path: runner processes, central inference, the FIFO
-queue), anneals the preset's schedules over the frame budget, and reads the run's
+queue), ends the preset's schedules with the frame budget where it has them
+(`anneal_over_budget`; `atari_ppo` adapts its learning rate instead), and reads the run's
 `train.csv` (the mean return of the last 100 games against env steps) back as the score
 curve. Frames are emulator frames: env steps x 4.
 

@@ -493,7 +493,7 @@ def test_train_anneals_a_preset_over_its_steps():
     from launch.commands import cli
 
     args = cli.build_parser().parse_args(
-        ["train", "--agent", "vtrace", "--env", "gym:CartPole-v1", "--preset", "atari_ppo",
+        ["train", "--agent", "vtrace", "--env", "gym:CartPole-v1", "--preset", "minatar",
          "--steps", "1024000"])
     config = cli.make_experiment(args).builder.config
     assert config.anneal_steps == 1024000 // (32 * 32)
