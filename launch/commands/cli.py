@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="named agent settings applied before any --set: "
                             "vtrace: atari_cpu (Atari on a few CPU cores, as "
                             "examples/atari_pong.py trains), atari_ppo (CleanRL PPO's "
-                            "Atari settings, annealed over --steps), minatar "
+                            "Atari settings, rl_games' adaptive learning rate), minatar "
                             "(MinAtar's minatar:<game> ids); r2d2: minatar")
     train.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override an agent config field (repeatable)")
