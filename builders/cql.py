@@ -7,10 +7,10 @@ from typing import ClassVar
 
 from builders.base import require_discrete_actions
 from builders.offline import OfflineAgentBuilder
-from seed_agents.agents.cql.acting import QPolicy
 from seed_agents.agents.cql.config import CQLConfig
 from seed_agents.agents.cql.learning import CQLLearner
 from seed_agents.agents.cql.networks import CQLNetworks
+from seed_agents.policies import EpsilonGreedyPolicy
 from seed_agents.specs import EnvironmentSpec
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import Logger
@@ -32,9 +32,9 @@ class CQLBuilder(OfflineAgentBuilder):
     def make_policy(
         self, networks: CQLNetworks, env_spec: EnvironmentSpec, evaluation: bool = False,
         seed: int | None = None, num_envs: int = 1,
-    ) -> QPolicy:
-        return QPolicy(networks.q, env_spec, 0.0 if evaluation else self.config.epsilon,
-                       seed)
+    ) -> EpsilonGreedyPolicy:
+        return EpsilonGreedyPolicy(networks.q, env_spec, self.config.epsilon,
+                                   evaluation=evaluation, seed=seed)
 
     def make_learner(
         self,

@@ -16,7 +16,7 @@ import reverb
 from builders.base import AgentBuilder
 from builders.transitions import TransitionReplay
 from seed_agents import core
-from seed_agents.agents.common.offline_config import OfflineConfig
+from seed_agents.configs.offline import OfflineConfig
 from seed_agents.replay import offline_table, transition_signature
 from seed_agents.specs import EnvironmentSpec
 

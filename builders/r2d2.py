@@ -9,12 +9,12 @@ import reverb
 
 from builders.base import AgentBuilder, require_discrete_actions
 from seed_agents import core
-from seed_agents.agents.common.torsos import check_torso_observation
 from seed_agents.agents.r2d2.acting import R2D2Policy
 from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.agents.r2d2.learning import R2D2Learner
 from seed_agents.agents.r2d2.networks import RecurrentQNetwork
 from seed_agents.agents.r2d2.priorities import InitialPriority
+from seed_agents.networks.torsos import check_torso_observation
 from seed_agents.replay import (
     make_dataset,
     prioritized_table,

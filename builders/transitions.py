@@ -1,6 +1,7 @@
 """What agents that learn from n-step transitions share: table, adder, dataset, checks.
 
-SAC and D4PG differ in their networks, losses and exploration; their replay is the same
+The base of any agent on transitions, discrete (DQN: set `discrete_actions = True`) or
+continuous. SAC and D4PG differ in their networks, losses and exploration; their replay is the same
 (Acme's): the central inference server's adder writes every step's n-step transition to
 a uniform table whose `SampleToInsertRatio` limiter paces the learner against acting.
 """
@@ -13,9 +14,9 @@ from typing import ClassVar
 import reverb
 import tensorflow as tf
 
-from builders.base import AgentBuilder
+from builders.base import AgentBuilder, require_discrete_actions
 from seed_agents import core
-from seed_agents.agents.common.replay_config import TransitionReplayConfig
+from seed_agents.configs.transitions import TransitionReplayConfig
 from seed_agents.envs.action_scaling import is_canonical
 from seed_agents.replay import (
     NStepTransitionAdder,
@@ -61,7 +62,8 @@ class TransitionReplay:
 class TransitionAgentBuilder(TransitionReplay, AgentBuilder):
     """The replay half of a transition agent; subclasses add networks, policy, learner.
 
-    A subclass is a dataclass with a `config` field that extends `TransitionReplayConfig`.
+    A subclass is a dataclass with a `config` field that extends `TransitionReplayConfig`,
+    and says which actions it takes (`discrete_actions`).
     """
 
     #: A million transitions took hours of acting: worth a checkpoint.
@@ -71,6 +73,8 @@ class TransitionAgentBuilder(TransitionReplay, AgentBuilder):
     default_layout: ClassVar[tuple[int, int]] = (1, 4)
     #: The agent's name in error messages.
     agent_name: ClassVar[str] = "This agent"
+    #: Discrete actions (int32 ids: DQN) or continuous ones in [-1, 1] (SAC, D4PG).
+    discrete_actions: ClassVar[bool] = False
 
     config: TransitionReplayConfig
 
@@ -83,6 +87,9 @@ class TransitionAgentBuilder(TransitionReplay, AgentBuilder):
                 "(--set num_eval_envs=0).")
 
     def check_env_spec(self, env_spec: EnvironmentSpec) -> None:
+        if self.discrete_actions:
+            require_discrete_actions(env_spec, self.agent_name)
+            return
         if env_spec.discrete_actions or not is_canonical(env_spec.actions):
             raise ValueError(
                 f"{self.agent_name} acts with continuous actions in [-1, 1] (float32, shape "

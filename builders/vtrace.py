@@ -9,11 +9,11 @@ import reverb
 
 from builders.base import AgentBuilder, require_discrete_actions
 from seed_agents import core
-from seed_agents.agents.common.torsos import check_torso_observation
 from seed_agents.agents.vtrace.acting import VTracePolicy
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.agents.vtrace.learning import VTraceLearner
 from seed_agents.agents.vtrace.networks import PolicyValueNetwork
+from seed_agents.networks.torsos import check_torso_observation
 from seed_agents.replay import make_dataset, queue_table, unroll_signature
 from seed_agents.specs import EnvironmentSpec
 from seed_agents.utils.counting import Counter

@@ -6,6 +6,13 @@ the toolkit's. Returns are computed within each unroll and bootstrapped from the
 where the unroll is cut, so it learns from the same fixed-length unrolls as V-trace.
 
     python examples/custom_agent.py --steps 200000
+    python examples/custom_agent.py --backend local_mp --logdir runs/reinforce
+
+Its runs work with every command after training, naming the agent by its import path:
+
+    seed-agents eval --agent examples.custom_agent:ReinforceBuilder --logdir runs/reinforce
+    python examples/custom_agent.py --backend local_mp --logdir runs/reinforce --resume \
+        --steps 400000
 """
 
 from __future__ import annotations
@@ -19,8 +26,12 @@ from dm_env import specs
 
 from builders.base import AgentBuilder
 from launch.backends.inprocess import run_inprocess
+from launch.backends.local_mp import run_local_mp
+from launch.backends.ray import run_ray
 from launch.experiment import Experiment
 from seed_agents import core
+from seed_agents.learning import UnrollLearner, built, minimize, time_major
+from seed_agents.losses import masked_mean
 from seed_agents.replay import make_dataset, queue_table, unroll_signature
 from seed_agents.replay import unrolls as u
 
@@ -59,28 +70,45 @@ class SamplingPolicy(core.Policy):
     def initial_state(self, batch_size):
         return ()
 
+    def export_step(self):
+        """What `seed-agents export` saves (see `core.Policy.export_step`)."""
+
+        def step(observation, prev_action, state):
+            action, logits = self._tf_step(observation)
+            return action, {"logits": logits}, state
+
+        return step, (self._net,)
+
     def step(self, observation, prev_action, state, env_ids=None):
         action, logits = self._step(tf.constant(observation))
         return action.numpy(), {"logits": logits.numpy()}, ()
 
 
-class ReinforceLearner(core.Learner):
-    def __init__(self, networks: Networks, dataset, discount, learning_rate, counter=None):
-        self._nets, self._dataset, self._discount = networks, dataset, discount
-        self._iterator = iter(dataset)
-        self._optimizer = tf.keras.optimizers.Adam(learning_rate)
-        self._counter = counter
-        self._train = tf.function(self._train_step)
+class ReinforceLearner(UnrollLearner):
+    """Returns within each unroll, bootstrapped from the baseline where it is cut."""
 
-    def _train_step(self, data):
-        obs = tf.transpose(data[u.OBSERVATION], [1, 0, 2])  # [T+1, B, obs]
-        actions = tf.transpose(data[u.ACTION])[:-1]
-        rewards = tf.transpose(data[u.REWARD])[1:]
-        discounts = self._discount * tf.transpose(data[u.DISCOUNT])[1:]
-        valid = tf.cast(tf.transpose(data[u.STEP_TYPE])[:-1] != 2, tf.float32)  # not LAST
+    def __init__(self, networks: Networks, dataset, batch_size, discount, learning_rate,
+                 **kwargs):
+        super().__init__(networks, dataset, batch_size, **kwargs)
+        self._discount = discount
+        self._variables = (networks.policy.trainable_variables
+                           + networks.baseline.trainable_variables)
+        self._optimizer = built(tf.keras.optimizers.Adam(learning_rate), self._variables)
+        self._update = tf.function(self._tf_update)
+
+    def _train(self, data):
+        return self._update(data)
+
+    def _tf_update(self, data):
+        nets = self._networks
+        obs = time_major(data[u.OBSERVATION])  # [T+1, B, obs]
+        actions = time_major(data[u.ACTION])[:-1]
+        rewards = time_major(data[u.REWARD])[1:]
+        discounts = self._discount * time_major(data[u.DISCOUNT])[1:]
+        valid = tf.cast(time_major(data[u.STEP_TYPE])[:-1] != 2, tf.float32)  # not LAST
         with tf.GradientTape() as tape:
-            logits = tf.map_fn(self._nets.policy, obs[:-1])
-            values = tf.squeeze(tf.map_fn(self._nets.baseline, obs), -1)
+            logits = tf.map_fn(nets.policy, obs[:-1])
+            values = tf.squeeze(tf.map_fn(nets.baseline, obs), -1)
             # Discounted returns, cut at episode ends (valid = 0) and bootstrapped at T.
             returns = tf.scan(
                 lambda g, x: x[0] + x[1] * (x[2] * g + (1 - x[2]) * x[3]),
@@ -88,28 +116,15 @@ class ReinforceLearner(core.Learner):
                 initializer=tf.stop_gradient(values[-1]), reverse=True)
             advantage = tf.stop_gradient(returns) - values[:-1]
             log_prob = -tf.nn.sparse_softmax_cross_entropy_with_logits(actions, logits)
-            n = tf.reduce_sum(valid)
-            pg = -tf.reduce_sum(valid * log_prob * tf.stop_gradient(advantage)) / n
-            baseline = tf.reduce_sum(valid * advantage**2) / n
-            loss = pg + 0.5 * baseline
-        variables = self._nets.policy.trainable_variables + self._nets.baseline.trainable_variables
-        grads = tape.gradient(loss, variables)
-        self._optimizer.apply_gradients(zip(grads, variables, strict=True))
-        return {"loss": loss}
+            pg = masked_mean(-log_prob * tf.stop_gradient(advantage), valid)
+            loss = pg + 0.5 * masked_mean(advantage**2, valid)
+        norm = minimize(tape, loss, self._variables, self._optimizer, max_norm=None)
+        return {"loss": loss, "gradient_norm": norm}
 
-    def step(self):
-        try:
-            sample = next(self._iterator)
-        except (StopIteration, tf.errors.OutOfRangeError):
-            self._iterator = iter(self._dataset)  # no data within the timeout: try again
-            return {}
-        metrics = {k: float(v) for k, v in self._train(sample.data).items()}
-        if self._counter is not None:
-            self._counter.increment(learner_steps=1)
-        return metrics
-
-    def get_variables(self, names):
-        return [[v.numpy() for v in self._nets.policy.variables] for _ in names]
+    def checkpoint_objects(self):
+        """What a checkpoint holds, so that a run resumes and `eval`/`export` restore it."""
+        return {"policy": self._networks.policy, "baseline": self._networks.baseline,
+                "optimizer": self._optimizer, "step": self._num_steps}
 
 
 @dataclasses.dataclass
@@ -132,16 +147,27 @@ class ReinforceBuilder(AgentBuilder):
 
     def make_learner(self, networks, replay_address, counter=None, logger=None):
         dataset = make_dataset(replay_address, self.table, self.batch_size)
-        return ReinforceLearner(networks, dataset, self.discount, self.learning_rate, counter)
+        return ReinforceLearner(networks, dataset, self.batch_size, self.discount,
+                                self.learning_rate, counter=counter, logger=logger)
+
+
+BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="REINFORCE with a baseline on CartPole.")
     parser.add_argument("--steps", type=int, default=200_000)
+    parser.add_argument("--backend", choices=sorted(BACKENDS), default="inprocess")
+    parser.add_argument("--logdir", default=None, help="logs, run.json and checkpoints")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --logdir")
+    parser.add_argument("--ray-node-ip", default=None,
+                        help="ray: the address a local Ray's node binds (default: this host's)")
     args = parser.parse_args()
     experiment = Experiment(ReinforceBuilder(), "gym:CartPole-v1", num_runners=2,
-                            envs_per_runner=16, max_env_steps=args.steps)
-    print(run_inprocess(experiment).summary())
+                            envs_per_runner=16, max_env_steps=args.steps, logdir=args.logdir,
+                            resume=args.resume)
+    extra = {"node_ip_address": args.ray_node_ip} if args.backend == "ray" else {}
+    print(BACKENDS[args.backend](experiment, **extra).summary())
 
 
 if __name__ == "__main__":

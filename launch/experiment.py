@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from seed_agents.envs.registry import EnvironmentFactory
 from seed_agents.inference.security import TLSConfig, make_token
 from seed_agents.utils.checkpointing import check_resume
+from seed_agents.utils.class_paths import class_path
 
 if TYPE_CHECKING:  # builders import TensorFlow; runner processes import this module
     from builders.base import AgentBuilder
@@ -129,8 +130,13 @@ class Experiment:
     record: str | None = None
     dataset: str | None = None
     max_learner_steps: int = 20_000
+    # The builder's class as the creating process names it (`class_path`), computed once
+    # and carried to every node: a spawned child calls a script's module `__mp_main__`,
+    # and a Ray worker unpickles a script's class under its own `__main__`.
+    builder_path: str = dataclasses.field(default="", init=False, repr=False, compare=False)
 
     def __post_init__(self):
+        self.builder_path = class_path(type(self.builder))
         if self.num_runners < 1:
             raise ValueError(f"num_runners must be >= 1, got {self.num_runners}.")
         if self.envs_per_runner < 1:
@@ -230,8 +236,7 @@ class Experiment:
     def identity(self) -> dict[str, Any]:
         """What makes two runs the same run, which a checkpoint records: the builder's
         class and the environment id (a factory has no id: it is not compared)."""
-        builder = type(self.builder)
-        identity: dict[str, Any] = {"builder": f"{builder.__module__}.{builder.__qualname__}"}
+        identity: dict[str, Any] = {"builder": self.builder_path}
         if isinstance(self.environment, str):
             identity["environment"] = self.environment
         return identity
@@ -285,6 +290,14 @@ class RunResult:
     restarts: int = 0
     eval_mean_return: float | None = None
     rates: dict[str, float] = dataclasses.field(default_factory=dict)
+    final_checkpoint_saved: bool | None = None
+    newest_checkpoint: str | None = None
+
+    @property
+    def lost_final_checkpoint(self) -> bool:
+        """Whether the run checkpointed but its learner's last save did not finish before
+        the stop ended it (the newest checkpoint is then older than the run's end)."""
+        return self.final_checkpoint_saved is False
 
     def summary(self) -> str:
         lines = [
@@ -305,8 +318,41 @@ class RunResult:
         if self.restarts:
             lines.append(f"runner restarts: {self.restarts}")
         lines.extend(_rates_lines(self.rates))
+        if self.lost_final_checkpoint:
+            lines.append("WARNING: the learner's last checkpoint did not finish before the "
+                         f"stop ended it; the newest is {self.newest_checkpoint or 'none'}")
+        elif self.final_checkpoint_saved:
+            lines.append(f"last checkpoint: {self.newest_checkpoint}")
         lines.append(f"logs: {self.logdir or '(terminal only)'}")
         return "\n".join(lines)
+
+
+def start_final_checkpoint(experiment: Experiment) -> None:
+    """Before a checkpointing run's nodes start: its last save is not yet made (see
+    `seed_agents.utils.checkpointing.FINAL_RECORD`). Every backend calls this."""
+    if experiment.checkpointing:
+        from seed_agents.utils.checkpointing import start_final_record
+
+        start_final_record(experiment.logdir)
+
+
+def with_final_checkpoint(experiment: Experiment, result: RunResult) -> RunResult:
+    """`result` saying whether the learner's last save finished, and which checkpoint is
+    the newest; every backend calls this once its nodes have stopped."""
+    if not experiment.checkpointing:
+        return result
+    from seed_agents.utils.checkpointing import (
+        latest_checkpoint_info,
+        learner_directory,
+        read_final_record,
+    )
+
+    saved = bool(read_final_record(experiment.logdir).get("saved"))
+    info = latest_checkpoint_info(learner_directory(experiment.logdir))
+    newest = None
+    if info is not None:
+        newest = info.path + ("" if info.step is None else f" (learner step {info.step:,})")
+    return dataclasses.replace(result, final_checkpoint_saved=saved, newest_checkpoint=newest)
 
 
 def _rates_lines(rates: dict[str, float]) -> list[str]:

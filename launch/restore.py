@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from launch.run_record import RunRecord, class_path, read_run_record
+from launch.run_record import RunRecord, read_run_record
 from seed_agents.utils.checkpointing import (
     CheckpointInfo,
     find_checkpoint,
@@ -23,6 +23,7 @@ from seed_agents.utils.checkpointing import (
     learner_directory,
     read_checkpoint_info,
 )
+from seed_agents.utils.class_paths import class_path, same_class_path
 
 
 @dataclasses.dataclass
@@ -91,7 +92,7 @@ def load_run(
     record = read_run_record(logdir)
     if builder is None:
         builder = record.make_builder(agents or {})
-    elif class_path(type(builder)) != record.builder:
+    elif not same_class_path(record.builder, class_path(type(builder))):
         raise ValueError(f"{logdir} was trained with {record.builder}, not "
                          f"{class_path(type(builder))}.")
     if record.network_factory is not None and network_factory is None:

@@ -30,11 +30,13 @@ from typing import Any, Protocol
 
 from seed_agents.utils import storage
 from seed_agents.utils.checkpointing import CHECKPOINT_FORMAT, write_json_atomically
+from seed_agents.utils.class_paths import class_path, same_class_path
 
 RUN_RECORD_FORMAT = 1
 RUN_FILE = "run.json"
 # Experiment fields that are not settings of the run (or recorded apart).
-_NOT_SETTINGS = ("builder", "environment", "network_factory", "logdir", "resume")
+_NOT_SETTINGS = ("builder", "environment", "network_factory", "logdir", "resume",
+                 "builder_path")
 
 
 class RecordedExperiment(Protocol):
@@ -61,11 +63,6 @@ def is_secret(field: dataclasses.Field) -> bool:
 
 def run_record_path(logdir: str | os.PathLike[str]) -> str:
     return os.path.join(os.fspath(logdir), RUN_FILE)
-
-
-def class_path(cls: type) -> str:
-    """"module.QualifiedName": how the record names a class."""
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _to_json(value: Any) -> Any:
@@ -129,7 +126,7 @@ class RunRecord:
                     if f.name not in _NOT_SETTINGS and not is_secret(f)}
         factory = experiment.network_factory
         return cls(
-            builder=class_path(type(builder)),
+            builder=experiment.identity["builder"],
             config_type=config_type,
             config=fields,
             environment=experiment.environment if isinstance(experiment.environment, str)
@@ -150,7 +147,7 @@ class RunRecord:
         """The name under which `agents` (name -> (builder type, config type)) knows
         this run's builder, or None."""
         for name, (builder_type, _) in agents.items():
-            if class_path(builder_type) == self.builder:
+            if same_class_path(self.builder, class_path(builder_type)):
                 return name
         return None
 
@@ -165,11 +162,12 @@ class RunRecord:
         if name is None:
             raise ValueError(
                 f"The run was trained with builder {self.builder}, which is not one of the "
-                f"agents seed-agents knows ({', '.join(sorted(agents))}): rebuild a custom "
-                "agent's run from Python, passing its builder (launch.restore.load_run("
-                "logdir, builder=...)).")
+                f"agents seed-agents knows ({', '.join(sorted(agents))}): name it with "
+                "--agent package.module:Builder (or a plug-in's name), or rebuild the run "
+                "from Python with launch.restore.load_run(logdir, builder=...).")
         builder_type, config_type = agents[name]
-        if self.config_type is not None and self.config_type != class_path(config_type):
+        if (self.config_type is not None
+                and not same_class_path(self.config_type, class_path(config_type))):
             raise ValueError(f"The run's config is a {self.config_type}; agent {name!r} "
                              f"takes a {class_path(config_type)}.")
         known = {f.name for f in dataclasses.fields(config_type)}
@@ -178,7 +176,9 @@ class RunRecord:
             raise ValueError(f"The run's {name} config has fields this version does not "
                              f"know: {', '.join(unknown)} (a newer seed-agents trained it?).")
         values = {key: _from_json(value) for key, value in self.config.items()}
-        return builder_type(config_type(**values))
+        config = config_type(**values)
+        # A builder that is a dataclass of its settings is its own config.
+        return config if config_type is builder_type else builder_type(config)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import dm_env
@@ -70,6 +70,13 @@ class Policy(abc.ABC):
         env_ids: np.ndarray | None = None,
     ) -> tuple[np.ndarray, dict[str, np.ndarray], Any]:
         """Returns (action, extras, next_state) for a batch; `env_ids` default to 0..B-1."""
+
+    def observe_counts(self, counts: Mapping[str, Any]) -> None:
+        """The run's counts (`env_steps`, restored ones included) after each batch the
+        inference server served: a policy that follows the run's progress (an epsilon
+        schedule of env steps) reads them here, so a resumed run continues it. The
+        default ignores them; it runs on the server's thread, so keep it cheap."""
+        del counts
 
     def export_step(self) -> tuple[Callable[..., Any], Sequence[Any]]:
         """What `seed-agents export` saves: the step of the policy's first training

@@ -138,9 +138,15 @@ def test_agents_refuse_environments_they_cannot_act_in(capsys):
         Experiment(SACBuilder(SMALL_SAC), "gym:CartPole-v1").environment_spec()
     with pytest.raises(ValueError, match="discrete actions"):
         Experiment(VTraceBuilder(), "gym:Pendulum-v1").environment_spec()
-    odd = specs.BoundedArray((1,), np.float32, 0.0, 5.0)  # continuous, not rescaled
-    with pytest.raises(ValueError, match="CanonicalActions"):
-        Experiment(D4PGBuilder(SMALL_D4PG), lambda seed: _Env(odd)).environment_spec()
+    # A bounded float vector in the environment's own range is rescaled at the edge ...
+    odd = specs.BoundedArray((1,), np.float64, 0.0, 5.0)
+    actions = Experiment(D4PGBuilder(SMALL_D4PG), lambda seed: _Env(odd)).environment_spec().actions
+    assert actions.dtype == np.float32 and actions.shape == (1,)
+    assert float(actions.minimum[0]) == -1.0 and float(actions.maximum[0]) == 1.0
+    # ... while actions with no bounds to rescale from stay refused, naming the spec.
+    unbounded = specs.Array((1,), np.float32)
+    with pytest.raises(ValueError, match="neither a DiscreteArray nor a BoundedArray"):
+        Experiment(D4PGBuilder(SMALL_D4PG), lambda seed: _Env(unbounded)).environment_spec()
     assert cli.main(["train", "--agent", "sac", "--env", "gym:CartPole-v1"]) == 2
     assert "DiscreteArray" in capsys.readouterr().err
 
@@ -336,7 +342,7 @@ class _GaussianPolicy:
 def test_a_custom_agent_writes_unrolls_of_float_actions():
     from builders.base import AgentBuilder
     from seed_agents import core
-    from seed_agents.agents.common.batches import Batches
+    from seed_agents.learning.batches import Batches
     from seed_agents.replay import make_dataset, queue_table, unroll_signature
 
     class Counting(core.Learner):

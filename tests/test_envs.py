@@ -20,6 +20,7 @@ from seed_agents.envs import (
     register,
     registry,
 )
+from seed_agents.envs.canonical import CanonicalFactory
 from seed_agents.specs import make_environment_spec
 
 
@@ -383,15 +384,18 @@ class _Counter(dm_env.Environment):
         return specs.DiscreteArray(1, dtype=np.int32)
 
 
-def test_user_callable_passes_through_environment_factory():
+def test_user_callable_reaches_environment_factory_converted_at_the_edge():
     factory = environment_factory(_Counter)
-    assert factory is _Counter
+    assert isinstance(factory, CanonicalFactory) and factory.factory is _Counter
+    assert environment_factory(factory) is factory  # not wrapped twice
     env = factory(10)
-    assert env.reset().observation == 10
+    first = env.reset().observation
+    assert first.dtype == np.float32 and first == 10.0  # int64 observations become float32
     assert make_environment_spec(env).num_actions == 1
     partial = functools.partial(make_environment, "fake:len=4")
-    assert environment_factory(partial) is partial
-    assert len(_run_episode(pickle.loads(pickle.dumps(partial))(0))) == 5
+    restored = pickle.loads(pickle.dumps(environment_factory(partial)))
+    assert (restored.factory.func, restored.factory.args) == (make_environment, ("fake:len=4",))
+    assert len(_run_episode(restored(0))) == 5
     with pytest.raises(TypeError, match="callable"):
         environment_factory(42)
 

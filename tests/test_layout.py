@@ -15,7 +15,9 @@ never one above (`FLOORS`, where the longest matching prefix places a module):
   2. `seed_agents.envs`, `seed_agents.replay`
   3. `seed_agents.inference`, `seed_agents.datasets`, `seed_agents.actors`,
      `seed_agents.environment_loop`
-  4. `seed_agents.agents.common`: what several agents share
+  4. the kit, rooms named for what they hold: `seed_agents.networks`,
+     `seed_agents.policies`, `seed_agents.losses`, `seed_agents.learning`,
+     `seed_agents.configs` (what agents are composed of)
   5. `seed_agents.agents.<agent>`: vtrace, r2d2, sac, d4pg, bc, cql
   6. `builders`
   7. `launch`: the deployment core (experiment, program, nodes, limiter, control, the
@@ -31,8 +33,8 @@ agent, nothing below the builders a builder, nothing in the core of `launch` a b
 or a command.
 
 Also: no import cycle between modules; no agent package imports another agent's package
-(what two agents share lives in `seed_agents.agents.common`); `seed_agents/agents/` holds
-the agent packages and `common/` only; no folder under `launch/` holds more than 8 modules.
+(what two agents share lives in the kit's rooms); `seed_agents/agents/` holds the agent
+packages only; no folder under `launch/` holds more than 8 modules.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("seed_agents.envs", "seed_agents.replay"),
     ("seed_agents.inference", "seed_agents.datasets", "seed_agents.actors",
      "seed_agents.environment_loop"),
-    ("seed_agents.agents.common",),
+    ("seed_agents.networks", "seed_agents.policies", "seed_agents.losses",
+     "seed_agents.learning", "seed_agents.configs"),
     ("seed_agents.agents",),  # every agent package, and the agents' own __init__
     ("builders",),
     ("launch",),
@@ -62,6 +65,7 @@ ROOT_PACKAGE_FLOOR = {"seed_agents": 0}
 """`seed_agents/__init__.py` alone, not a prefix: a new `seed_agents.x` needs a floor."""
 
 AGENTS = "seed_agents.agents"
+KIT_ROOMS = FLOORS[4]
 MAX_LAUNCH_MODULES = 8
 
 
@@ -142,9 +146,8 @@ def _floor(module: str) -> int | None:
 
 
 AGENT_PACKAGES = sorted(
-    p.parent.name for p in (ROOT / "seed_agents" / "agents").glob("*/__init__.py")
-    if p.parent.name != "common")
-"""The agent packages: every package in `seed_agents/agents/` but `common`."""
+    p.parent.name for p in (ROOT / "seed_agents" / "agents").glob("*/__init__.py"))
+"""The agent packages: every package in `seed_agents/agents/`."""
 
 
 def _agent_package(module: str) -> str | None:
@@ -242,14 +245,31 @@ def test_no_agent_imports_another_agents_package():
             if other is not None and other != own:
                 crossing.append(f"{_where(module, line)}: {module} imports {target}")
     assert not crossing, ("agent packages importing another agent's (move what they share "
-                          "to seed_agents.agents.common):\n" + "\n".join(sorted(crossing)))
+                          "to the kit: seed_agents.networks, policies, losses, learning, "
+                          "configs):\n" + "\n".join(sorted(crossing)))
 
 
-def test_agents_folder_holds_agent_packages_and_common_only():
+def test_agents_folder_holds_agent_packages_only():
     folder = ROOT / "seed_agents" / "agents"
     loose = sorted(p.name for p in folder.glob("*.py") if p.name != "__init__.py")
-    assert not loose, f"modules beside the agent packages (they belong in common/): {loose}"
-    assert (folder / "common" / "__init__.py").is_file()
+    assert not loose, f"modules beside the agent packages (they belong in the kit): {loose}"
+    packages = sorted(p.name for p in folder.iterdir()
+                      if p.is_dir() and p.name != "__pycache__")
+    assert packages == sorted(AGENT_PACKAGES), packages
+    assert not (folder / "common").exists(), "common/ became the kit's rooms"
+
+
+def test_kit_rooms_say_what_they_hold():
+    # Each room's package says when to use which piece, and exports its public names.
+    for room in KIT_ROOMS:
+        init = ROOT / Path(*room.split(".")) / "__init__.py"
+        tree = ast.parse(init.read_text())
+        doc = ast.get_docstring(tree)
+        assert doc and len(doc.split()) >= 30, f"{room} needs a docstring saying when to use it"
+        exported = next((node.value for node in tree.body if isinstance(node, ast.Assign)
+                         and any(getattr(t, "id", None) == "__all__" for t in node.targets)),
+                        None)
+        assert exported is not None and exported.elts, f"{room} lists no public names"
 
 
 def test_launch_folders_stay_small():

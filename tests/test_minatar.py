@@ -12,7 +12,6 @@ import tensorflow as tf
 
 from builders.r2d2 import R2D2Builder
 from builders.vtrace import VTraceBuilder
-from seed_agents.agents.common.torsos import TORSOS, check_torso_observation, embed
 from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.agents.vtrace.networks import PolicyValueNetwork
@@ -20,6 +19,7 @@ from seed_agents.envs import make_environment
 from seed_agents.envs.minatar import MINATAR_GAMES, game_name, parse_minatar_id
 from seed_agents.envs.registry import validate_environment_id
 from seed_agents.envs.rendering import make_rendering_environment
+from seed_agents.networks.torsos import TORSOS, check_torso_observation, embed
 from seed_agents.specs import make_environment_spec
 
 pytest.importorskip("minatar")  # the test extra installs it; a bare install has no games

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from seed_agents.agents.common.optimizers import built
+from seed_agents.learning.optimizers import built
 
 
 def _first_call_traces(optimizer: tf.keras.optimizers.Optimizer, layer) -> int:

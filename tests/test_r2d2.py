@@ -24,7 +24,11 @@ from seed_agents.agents.r2d2.acting import R2D2Policy, apex_epsilons
 from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.agents.r2d2.learning import sequence_priorities
 from seed_agents.agents.r2d2.priorities import InitialPriority
-from seed_agents.agents.r2d2.targets import (
+from seed_agents.envs import make_environment
+from seed_agents.inference.protocol import FIRST, LAST, MID
+from seed_agents.inference.runner import EnvRunner
+from seed_agents.inference.server import InferenceConfig
+from seed_agents.losses.q_learning import (
     inverse_rescale,
     n_step_double_q_targets,
     np_inverse_rescale,
@@ -32,10 +36,6 @@ from seed_agents.agents.r2d2.targets import (
     np_rescale,
     rescale,
 )
-from seed_agents.envs import make_environment
-from seed_agents.inference.protocol import FIRST, LAST, MID
-from seed_agents.inference.runner import EnvRunner
-from seed_agents.inference.server import InferenceConfig
 from seed_agents.replay import UnrollAdder
 from seed_agents.replay import unrolls as u
 from seed_agents.specs import make_environment_spec

@@ -43,7 +43,9 @@ from launch.commands import cli  # noqa: E402
 from launch.control import ControlClient  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
+from tests.example_runs import EXAMPLES, check_example  # noqa: E402
 from tests.leaks import files_holding  # noqa: E402
+from tests.test_own_environments import check_own_environments  # noqa: E402
 from tests.test_r2d2 import _experiment as r2d2_experiment  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +127,16 @@ def test_local_ray_runs_the_program_and_cleans_up(tmp_path):
     _assert_gone([p.pid for p in psutil.Process().children(recursive=True)
                   if p.pid not in children_before])
     assert (logdir / "train.csv").exists() and (logdir / "learner.csv").exists()
+
+
+def test_the_examples_and_a_users_own_environments_run_on_ray(tmp_path):
+    # Here, not beside their other backends: each script starts (and stops) a local Ray of
+    # its own on 127.0.0.2, one after another, before the module's shared Ray starts.
+    for script in sorted(EXAMPLES):
+        (tmp_path / script).mkdir()
+        check_example(tmp_path / script, script, "ray", everything=False)
+    (tmp_path / "own").mkdir()
+    check_own_environments(tmp_path / "own", "ray")
 
 
 def test_a_local_rays_workers_run_at_the_callers_priority(monkeypatch):

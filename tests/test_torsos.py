@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_agents.agents.common.torsos import TORSOS, ResidualBlock, embed
 from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.agents.r2d2.networks import RecurrentQNetwork
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.agents.vtrace.networks import PolicyValueNetwork
+from seed_agents.networks.torsos import TORSOS, ResidualBlock, embed
 
 PIXELS = (84, 84, 4)
 PIXEL_TORSOS = ("nature_cnn", "impala_resnet")

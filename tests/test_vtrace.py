@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seed_agents.agents.vtrace import losses
-from seed_agents.agents.vtrace.vtrace import VTraceReturns, vtrace_returns
+from seed_agents.losses import policy_gradient as losses
+from seed_agents.losses.vtrace import VTraceReturns, vtrace_returns
 
 # One thread keeps the many tiny ops fast and the run deterministic; it fails with
 # RuntimeError if TF was already initialised by another test module, which is harmless.
@@ -336,7 +336,7 @@ def test_entropy_loss():
 
 
 def test_clipped_surrogate_clips_ratios_in_the_direction_of_the_advantage():
-    from seed_agents.agents.vtrace.losses import clipped_surrogate_loss
+    from seed_agents.losses.policy_gradient import clipped_surrogate_loss
 
     ratios = np.array([[0.5, 1.5, 1.1, 0.9]], np.float32)
     advantages = np.array([[1.0, 1.0, -2.0, -2.0]], np.float32)

@@ -19,7 +19,6 @@ import tensorflow as tf
 import tree
 
 from builders.vtrace import VTraceBuilder
-from seed_agents.agents.common.observation_normalization import ObservationNormalizer
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.agents.vtrace.learning import (
     VTraceLearner,
@@ -30,6 +29,7 @@ from seed_agents.agents.vtrace.networks import PolicyValueNetwork, ValueNormaliz
 from seed_agents.envs import environment_factory
 from seed_agents.inference.runner import EnvRunner
 from seed_agents.inference.server import InferenceConfig
+from seed_agents.networks.normalization import ObservationNormalizer
 from seed_agents.replay import make_dataset, unrolls
 from seed_agents.specs import EnvironmentSpec, make_environment_spec
 from seed_agents.utils.checkpointing import Checkpointer

@@ -30,7 +30,12 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from launch.experiment import Experiment, RunResult
+from launch.experiment import (
+    Experiment,
+    RunResult,
+    start_final_checkpoint,
+    with_final_checkpoint,
+)
 from launch.limiter import limit_program
 from launch.nodes import make_program
 from launch.program import (
@@ -211,6 +216,7 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None,
     if experiment.logdir:
         storage.makedirs(experiment.logdir)
         write_run_record(experiment)
+        start_final_checkpoint(experiment)
 
     nodes = _Nodes(make_program(experiment), experiment, stream)
     with contextlib.ExitStack() as cleanup:
@@ -231,5 +237,5 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None,
     # run may finish inside one, its learner's steps all unread); the learner closed its
     # rates on the way out, so their overall figures now cover the whole run.
     final = control.status()
-    return dataclasses.replace(
-        result, rates={key: float(final.get(key, value)) for key, value in result.rates.items()})
+    return with_final_checkpoint(experiment, dataclasses.replace(
+        result, rates={key: float(final.get(key, value)) for key, value in result.rates.items()}))

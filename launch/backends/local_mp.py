@@ -37,7 +37,12 @@ import traceback
 from pathlib import Path
 from typing import Any, TextIO
 
-from launch.experiment import Experiment, RunResult
+from launch.experiment import (
+    Experiment,
+    RunResult,
+    start_final_checkpoint,
+    with_final_checkpoint,
+)
 from launch.limiter import limit_remote_program
 from launch.nodes import make_program, require_central_inference
 from launch.program import (
@@ -363,6 +368,7 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
     experiment.environment_spec()  # an action spec the agent cannot use fails here, first
     storage.makedirs(run_dir)
     write_run_record(experiment)
+    start_final_checkpoint(experiment)
     program = make_program(experiment)
     # A node's output goes to a local file (its file descriptors 1 and 2 point there);
     # for a logdir that is a URL the files are copied to <logdir>/logs as the run ends.
@@ -399,7 +405,7 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
         )
     if "died" in result.stop_reason:
         raise NodeFailedError(result.stop_reason)
-    return result
+    return with_final_checkpoint(experiment, result)
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -71,7 +71,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from launch.backends.local_mp import NodeFailedError
-from launch.experiment import Experiment, RunResult
+from launch.experiment import (
+    Experiment,
+    RunResult,
+    start_final_checkpoint,
+    with_final_checkpoint,
+)
 from launch.limiter import limit_remote_program
 from launch.nodes import make_program, require_central_inference
 from launch.program import (
@@ -572,6 +577,7 @@ def run_ray(
     experiment.environment_spec()  # an action spec the agent cannot use fails here, first
     storage.makedirs(run_dir)
     write_run_record(experiment)
+    start_final_checkpoint(experiment)
     actors = _Actors(experiment, run_name or os.path.basename(run_dir.rstrip("/")), run_dir,
                      stream)
     stop = threading.Event()
@@ -586,4 +592,4 @@ def run_ray(
         )
     if actors.failure:
         raise NodeFailedError(result.stop_reason)
-    return result
+    return with_final_checkpoint(experiment, result)

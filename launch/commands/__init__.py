@@ -26,6 +26,10 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--logdir", required=True, help="the run's directory")
     parser.add_argument("--checkpoint", default=None,
                         help="ckpt-N, N or a checkpoint path (default: the newest)")
+    parser.add_argument("--agent", default=None, metavar="AGENT",
+                        help="the run's agent when seed-agents does not ship it: a plug-in's "
+                             "name or the builder's import path, package.module:Builder "
+                             "(a run's record is never imported from by itself)")
 
 
 def add_parsers(commands: Any) -> None:

@@ -13,28 +13,17 @@ from collections.abc import Callable, Sequence
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is first imported
 
 from builders.base import AgentBuilder  # noqa: E402
-from builders.bc import BCBuilder  # noqa: E402
-from builders.cql import CQLBuilder  # noqa: E402
-from builders.d4pg import D4PGBuilder  # noqa: E402
-from builders.r2d2 import R2D2Builder  # noqa: E402
-from builders.sac import SACBuilder  # noqa: E402
-from builders.vtrace import VTraceBuilder  # noqa: E402
 from launch.backends.inprocess import run_inprocess  # noqa: E402
 from launch.backends.local_mp import run_local_mp  # noqa: E402
 from launch.backends.ray import run_ray  # noqa: E402 - imports Ray only when run
 from launch.commands import Agents, add_parsers  # noqa: E402
+from launch.commands.agents import agent_table, builtin_agents, make_builder, resolve_agent  # noqa: E402
 from launch.commands.evaluation import run_eval  # noqa: E402
 from launch.commands.export import run_export  # noqa: E402
 from launch.commands.plotting import run_plot  # noqa: E402
 from launch.commands.recording import run_record  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
-from seed_agents.agents.bc.config import BCConfig  # noqa: E402
-from seed_agents.agents.cql.config import CQLConfig  # noqa: E402
-from seed_agents.agents.d4pg.config import D4PGConfig  # noqa: E402
-from seed_agents.agents.r2d2.config import R2D2Config  # noqa: E402
 from seed_agents.agents.r2d2.presets import R2D2_PRESETS  # noqa: E402
-from seed_agents.agents.sac.config import SACConfig  # noqa: E402
-from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
 from seed_agents.agents.vtrace.presets import VTRACE_PRESETS  # noqa: E402
 from seed_agents.inference.security import (  # noqa: E402
     DEFAULT_TLS_SERVER_NAME,
@@ -44,14 +33,8 @@ from seed_agents.inference.security import (  # noqa: E402
 from seed_agents.utils.checkpointing import has_learner_checkpoint, learner_directory  # noqa: E402
 from seed_agents.utils.overrides import parse_overrides  # noqa: E402
 
-AGENTS: dict[str, tuple[type, type]] = {
-    "vtrace": (VTraceBuilder, VTraceConfig),
-    "r2d2": (R2D2Builder, R2D2Config),
-    "sac": (SACBuilder, SACConfig),
-    "d4pg": (D4PGBuilder, D4PGConfig),
-    "bc": (BCBuilder, BCConfig),
-    "cql": (CQLBuilder, CQLConfig),
-}
+AGENTS: dict[str, tuple[type, type]] = builtin_agents()
+"""The shipped agents; `--agent` also takes plug-ins and import paths (`agents`)."""
 BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
 COMMANDS: dict[str, Callable[[argparse.Namespace, Agents], int]] = {
     "eval": run_eval, "export": run_export, "record": run_record, "plot": run_plot,
@@ -92,8 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    train.add_argument("--agent", choices=sorted(AGENTS), default="vtrace",
-                       help="the agent to train (default: vtrace)")
+    train.add_argument("--agent", default="vtrace", metavar="AGENT",
+                       help=f"the agent to train: {', '.join(sorted(AGENTS))}, a plug-in's "
+                            "name (entry-point group seed_agents.agents) or a builder's "
+                            "import path, package.module:Builder (default: vtrace)")
     train.add_argument("--env", default="gym:CartPole-v1",
                        help="environment id: gym:<gymnasium id>, atari:<game>[,key=value...], "
                             "dmc:<domain>-<task>, mask:<indices>:<id> or fake:key=value,... "
@@ -206,10 +191,10 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
     Raises:
       ValueError, TypeError: For a bad config override or experiment setting.
     """
-    builder_type, config_type = AGENTS[args.agent]
+    builder_type, config_type = resolve_agent(args.agent, AGENTS)
     overrides = list(args.overrides)
     if args.preset is not None:
-        presets = PRESETS[args.agent]
+        presets = PRESETS.get(args.agent, {})
         if args.preset not in presets:
             raise ValueError(
                 f"--agent {args.agent} has no preset {args.preset!r}; presets: "
@@ -220,7 +205,7 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
     max_env_steps = 500_000 if args.steps is None or args.dataset else args.steps
     if hasattr(config, "for_budget"):  # schedules that end with the run's budget
         config = config.for_budget(max_env_steps)
-    builder: AgentBuilder = builder_type(config)
+    builder: AgentBuilder = make_builder(builder_type, config_type, config)
     security = {}  # without a token file, the Experiment makes a fresh random token
     if args.inference_token_file:
         security["inference_token"] = read_token_file(args.inference_token_file)
@@ -228,7 +213,8 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         security["tls"] = TLSConfig(args.tls_cert, args.tls_key, args.tls_ca,
                                     args.tls_server_name or None)
     runners, envs_per_runner = builder.default_layout
-    logdir = args.logdir or f"runs/{args.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = args.agent if args.agent in AGENTS else builder_type.__name__.lower()
+    logdir = args.logdir or f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.resume_if_checkpointed and not args.logdir:
         raise ValueError("--resume-if-checkpointed continues the run in --logdir: name it.")
     return Experiment(
@@ -263,6 +249,10 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
     )
 
 
+LOST_FINAL_CHECKPOINT = 3
+"""`train`'s exit status when the learner's last save did not finish before the stop."""
+
+
 def train(args: argparse.Namespace) -> int:
     try:
         experiment = make_experiment(args)
@@ -287,7 +277,8 @@ def train(args: argparse.Namespace) -> int:
         print("seed-agents: interrupted; every node was stopped.", file=sys.stderr)
         return 130
     print(result.summary(), flush=True)
-    return 0
+    # The run trained, but resuming it would repeat what came after its newest checkpoint.
+    return LOST_FINAL_CHECKPOINT if result.lost_final_checkpoint else 0
 
 
 def _train_offline(args: argparse.Namespace, experiment: Experiment) -> int:
@@ -317,7 +308,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "train":
         return train(args)
-    return COMMANDS[args.command](args, AGENTS)
+    agent = getattr(args, "agent", None)
+    try:
+        agents = agent_table(agent)
+    except ValueError as error:
+        print(f"seed-agents {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    return COMMANDS[args.command](args, agents)
 
 
 if __name__ == "__main__":

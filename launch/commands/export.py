@@ -86,7 +86,7 @@ def export_policy(run: RestoredRun, out: str | os.PathLike[str], seed: int = 0,
     import tensorflow as tf
     import tree
 
-    from seed_agents.agents.common.policy_inputs import step_signature
+    from seed_agents.policies.inputs import step_signature
 
     out = os.fspath(out)
     _check_out(out)

@@ -4,6 +4,7 @@ Everything here is framework-free: environments run in actor processes that neve
 a deep-learning library.
 """
 
+from seed_agents.envs.canonical import canonical_environment
 from seed_agents.envs.fake import FakeEnvironment
 from seed_agents.envs.gym_adapter import GymToDmEnv
 from seed_agents.envs.registry import (
@@ -17,6 +18,7 @@ __all__ = [
     "EnvironmentFactory",
     "FakeEnvironment",
     "GymToDmEnv",
+    "canonical_environment",
     "environment_factory",
     "make_environment",
     "register",

@@ -34,6 +34,7 @@ import dm_env
 import gymnasium
 
 from seed_agents.envs.action_scaling import CanonicalActions, needs_canonical_actions
+from seed_agents.envs.canonical import CanonicalFactory, canonical_environment
 from seed_agents.envs.fake import FakeEnvironment, validate_fake_arguments
 from seed_agents.envs.gym_adapter import GymToDmEnv
 from seed_agents.envs.masked import MaskedObservation, parse_mask_id
@@ -106,9 +107,11 @@ def _lookup(env_id: str) -> tuple[_Builder, str]:
 
 
 def make_environment(env_id: str, seed: int | None = None) -> dm_env.Environment:
-    """Builds the environment named by `env_id`, e.g. `"gym:CartPole-v1"` or `"fake:len=10"`."""
+    """Builds the environment named by `env_id`, e.g. `"gym:CartPole-v1"` or `"fake:len=10"`,
+    in the toolkit's dtypes (a prefix `register`ed by a user passes the same edge as a
+    factory's environments: `seed_agents.envs.canonical`)."""
     builder, rest = _lookup(env_id)
-    return builder.factory(rest, seed)
+    return canonical_environment(builder.factory(rest, seed))
 
 
 def validate_environment_id(env_id: str) -> None:
@@ -136,11 +139,14 @@ class EnvironmentIdFactory:
 
 
 def environment_factory(env: str | EnvironmentFactory) -> EnvironmentFactory:
-    """Turns an id into a picklable factory; passes a callable through unchanged.
+    """Turns an id into a picklable factory; a callable into one whose environments are
+    in the toolkit's dtypes.
 
     A callable is how any user `dm_env.Environment` plugs in: `lambda seed: MyEnv(seed)`.
-    It must itself pickle if it is to reach other processes (a module-level function or
-    `functools.partial` does; a lambda does not).
+    Its environments are taken as they are and converted at the edge
+    (`seed_agents.envs.canonical`: int64 discrete actions, float64 action vectors and
+    observations, ...). It must itself pickle if it is to reach other processes (a
+    module-level function or `functools.partial` does; a lambda does not).
 
     Raises:
       ValueError: If `env` is an id that does not parse.
@@ -148,8 +154,10 @@ def environment_factory(env: str | EnvironmentFactory) -> EnvironmentFactory:
     """
     if isinstance(env, str):
         return EnvironmentIdFactory(env)
-    if callable(env):
+    if isinstance(env, CanonicalFactory):
         return env
+    if callable(env):
+        return CanonicalFactory(env)
     raise TypeError(f"Expected an environment id or a callable taking a seed, got {env!r}.")
 
 

@@ -134,6 +134,8 @@ class InferenceServer:
         eval_stats: EpisodeStats | None = None,
     ):
         self._policy = policy
+        # Optional on a policy that is not a `core.Policy` (duck-typed ones work too).
+        self._observe_counts = getattr(policy, "observe_counts", None)
         self._spec = env_spec
         self._adder = adder
         self._config = config = config or InferenceConfig()
@@ -353,12 +355,14 @@ class InferenceServer:
                 self.stats.record(returns[train_last], lengths[train_last])
                 self.eval_stats.record(returns[eval_last], lengths[eval_last])
         if evaluation is None:
-            self._counter.increment(env_steps=int(stepped.sum()), inference_batches=1)
+            counts = self._counter.increment(env_steps=int(stepped.sum()), inference_batches=1)
         else:
             # Evaluation steps are not experience: they count apart, as an evaluator's do.
             evaluated = int((stepped & evaluation).sum())
-            self._counter.increment(env_steps=int(stepped.sum()) - evaluated,
-                                    eval_env_steps=evaluated, inference_batches=1)
+            counts = self._counter.increment(env_steps=int(stepped.sum()) - evaluated,
+                                             eval_env_steps=evaluated, inference_batches=1)
+        if self._observe_counts is not None:
+            self._observe_counts(counts)
 
     def _reset_new_slots(self, slots: np.ndarray) -> None:
         needs_reset = self._needs_reset[slots]

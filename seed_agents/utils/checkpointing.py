@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from seed_agents.utils import storage
+from seed_agents.utils.class_paths import same_class_path
 from seed_agents.utils.counting import Counter
 
 _COUNTS = "counts"  # the checkpoint name of the run's metadata; learners cannot use it
@@ -59,6 +60,36 @@ A checkpoint of a newer format is refused with an error that says so.
 def learner_directory(logdir: str | os.PathLike[str]) -> str:
     """Where a run's learner checkpoints live."""
     return os.path.join(os.fspath(logdir), "checkpoints", "learner")
+
+
+FINAL_RECORD = "final.json"
+"""Beside a run's learner checkpoints: whether this piece's last save finished.
+
+The driver writes {"saved": false} before the run starts; the learner overwrites it with
+{"saved": true, "checkpoint": ..., "step": ...} once its last checkpoint is on disk. A
+learner that a stop's bounds end mid-save leaves it false, and the run says so.
+"""
+
+
+def final_record_path(logdir: str | os.PathLike[str]) -> str:
+    """The `FINAL_RECORD` of a run's learner."""
+    return storage.join(learner_directory(logdir), FINAL_RECORD)
+
+
+def start_final_record(logdir: str | os.PathLike[str]) -> None:
+    """Marks this piece's last checkpoint as not (yet) saved; the driver calls this
+    before any node starts."""
+    storage.makedirs(learner_directory(logdir))
+    storage.write_text(final_record_path(logdir), json.dumps({"saved": False}))
+
+
+def read_final_record(logdir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The `FINAL_RECORD` ({} when there is none or it cannot be read)."""
+    try:
+        record = json.loads(storage.read_text(final_record_path(logdir)))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def replay_directory(logdir: str | os.PathLike[str]) -> str:
@@ -252,9 +283,15 @@ def find_checkpoint(directory: str | os.PathLike[str], name: str | None = None) 
 
 
 def identity_mismatches(expected: Mapping[str, Any], found: Mapping[str, Any]) -> list[str]:
-    """"key: found (expected)" for each identity key both name with different values."""
+    """"key: found (expected)" for each identity key both name with different values
+    (builders compared as `same_class_path` does: one file may import under two names)."""
+    def differ(key: str) -> bool:
+        if key == "builder":
+            return not same_class_path(expected[key], found[key])
+        return found[key] != expected[key]
+
     return [f"{key} {found[key]!r} (expected {expected[key]!r})"
-            for key in sorted(expected) if key in found and found[key] != expected[key]]
+            for key in sorted(expected) if key in found and differ(key)]
 
 
 class Checkpointer:
@@ -319,8 +356,9 @@ class Checkpointer:
         step = self._objects.get("step")
         return None if step is None else int(step.numpy())
 
-    def save(self) -> str:
-        """Writes a checkpoint now; returns its path prefix."""
+    def save(self, final: bool = False) -> str:
+        """Writes a checkpoint now; returns its path prefix. `final`: the run's last
+        save, recorded in `FINAL_RECORD` once the checkpoint is complete."""
         metadata = {
             "format": CHECKPOINT_FORMAT,
             "identity": self._identity,
@@ -330,6 +368,9 @@ class Checkpointer:
         self._counts.assign(json.dumps(metadata))
         path = self._manager.save()
         self._last_save = time.monotonic()
+        if final:
+            storage.write_text(os.path.join(self.directory, FINAL_RECORD), json.dumps(
+                {"saved": True, "checkpoint": os.path.basename(path), "step": self.step}))
         return path
 
     def maybe_save(self) -> str | None:
@@ -381,16 +422,16 @@ def run_learner(learner: Any, stop_event: threading.Event,
     """Steps `learner` until `stop_event` is set, checkpointing between steps.
 
     The one learner loop of every backend. `checkpointer.maybe_save` runs after each
-    step, and a last checkpoint is saved when the loop is stopped; not when a step
-    raised, because the learner's state may then be half-updated (the timer's last
-    checkpoint stands).
+    step, and a last checkpoint is saved when the loop is stopped (recorded in
+    `FINAL_RECORD` once complete); not when a step raised, because the learner's state
+    may then be half-updated (the timer's last checkpoint stands).
     """
     while not stop_event.is_set():
         learner.step()
         if checkpointer is not None:
             checkpointer.maybe_save()
     if checkpointer is not None:
-        checkpointer.save()
+        checkpointer.save(final=True)
 
 
 class ReplayCheckpointer:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from seed_agents.agents.bc.networks import BCNetwork
-from seed_agents.agents.common.feedforward_policy import FeedForwardPolicy
+from seed_agents.policies.feedforward import FeedForwardPolicy
 from seed_agents.specs import EnvironmentSpec
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from seed_agents.agents.common.offline_config import OfflineConfig
+from seed_agents.configs.offline import OfflineConfig
 
 
 @dataclasses.dataclass(frozen=True)

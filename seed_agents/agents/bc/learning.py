@@ -9,8 +9,9 @@ import tensorflow as tf
 
 from seed_agents.agents.bc.config import BCConfig
 from seed_agents.agents.bc.networks import BCNetwork
-from seed_agents.agents.common.optimizers import built
-from seed_agents.agents.common.transition_learning import TransitionLearner, minimize
+from seed_agents.learning.gradients import minimize
+from seed_agents.learning.optimizers import built
+from seed_agents.learning.transitions import TransitionLearner
 from seed_agents.replay import transitions as tr
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import Logger

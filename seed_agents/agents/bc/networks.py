@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from seed_agents.agents.common.continuous_networks import flatten_observation, mlp, run
+from seed_agents.networks.mlp import flatten_observation, mlp, run
 
 
 class BCNetwork(tf.Module):

@@ -6,11 +6,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from seed_agents.agents.common.optimizers import built
-from seed_agents.agents.common.target_networks import update_target
-from seed_agents.agents.common.transition_learning import TransitionLearner, minimize
 from seed_agents.agents.cql.config import CQLConfig
 from seed_agents.agents.cql.networks import CQLNetworks
+from seed_agents.learning.gradients import minimize
+from seed_agents.learning.optimizers import built
+from seed_agents.learning.transitions import TransitionLearner
+from seed_agents.losses.q_learning import double_q_targets
+from seed_agents.networks.target_updates import update_target
 from seed_agents.replay import transitions as tr
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import Logger
@@ -44,11 +46,8 @@ class CQLLearner(TransitionLearner):
         c, nets = self._config, self._networks
         observation, next_observation = data[tr.OBSERVATION], data[tr.NEXT_OBSERVATION]
         action = tf.cast(data[tr.ACTION], tf.int32)
-        reward = tf.cast(data[tr.REWARD], tf.float32)
-        discount = tf.cast(data[tr.DISCOUNT], tf.float32)
-        best_next = tf.argmax(nets.q(next_observation), axis=-1, output_type=tf.int32)
-        next_value = tf.gather(nets.target_q(next_observation), best_next, batch_dims=1)
-        target = tf.stop_gradient(reward + discount * next_value)
+        target = double_q_targets(data[tr.REWARD], data[tr.DISCOUNT],
+                                  nets.q(next_observation), nets.target_q(next_observation))
         with tf.GradientTape() as tape:
             q = nets.q(observation)
             q_data = tf.gather(q, action, batch_dims=1)

@@ -1,4 +1,4 @@
-"""CQL's networks: an MLP of Q-values over the discrete actions, and its target copy."""
+"""CQL's networks: the online Q network (`seed_agents.networks.QNetwork`) and its target copy."""
 
 from __future__ import annotations
 
@@ -6,22 +6,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from seed_agents.agents.common.continuous_networks import flatten_observation, mlp, run
-
-
-class QNetwork(tf.Module):
-    """MLP: observation -> Q [B, A]. Built (variables made) at construction."""
-
-    def __init__(self, observation_shape: Sequence[int], num_actions: int,
-                 hidden_sizes: Sequence[int], name: str = "q"):
-        super().__init__(name=name)
-        self.num_actions = num_actions
-        self._layers = [*mlp(hidden_sizes, f"{name}_torso"),
-                        tf.keras.layers.Dense(num_actions, name=f"{name}_head")]
-        self(tf.zeros((1, *observation_shape), tf.float32))
-
-    def __call__(self, observation: tf.Tensor) -> tf.Tensor:
-        return run(self._layers, flatten_observation(observation))
+from seed_agents.networks.q_network import QNetwork
 
 
 class CQLNetworks(tf.Module):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from seed_agents.agents.common.continuous_policy import ContinuousPolicy
 from seed_agents.agents.d4pg.networks import D4PGNetworks
+from seed_agents.policies.continuous import ContinuousPolicy
 from seed_agents.specs import EnvironmentSpec
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from seed_agents.agents.common.replay_config import ActorCriticConfig
+from seed_agents.configs.transitions import ActorCriticConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +23,7 @@ class D4PGConfig(ActorCriticConfig):
       * hidden sizes (256, 256) for both networks (Acme: (256, 256, 256) and
         (512, 512, 256)): about a third of the critic's compute per update;
       * Polyak-averaged targets (tau 0.005) instead of a copy every 100 steps, the same
-        target rule as SAC (`seed_agents.agents.common.target_networks`).
+        target rule as SAC (`seed_agents.networks.target_updates`).
     Replay, acting and network fields are `ActorCriticConfig`'s.
 
     D4PG's own:

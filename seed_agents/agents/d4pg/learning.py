@@ -6,11 +6,12 @@ from typing import Any
 
 import tensorflow as tf
 
-from seed_agents.agents.common.optimizers import built
-from seed_agents.agents.common.target_networks import update_target
-from seed_agents.agents.common.transition_learning import TransitionLearner, minimize
 from seed_agents.agents.d4pg.config import D4PGConfig
 from seed_agents.agents.d4pg.networks import D4PGNetworks, categorical_projection
+from seed_agents.learning.gradients import minimize
+from seed_agents.learning.optimizers import built
+from seed_agents.learning.transitions import TransitionLearner
+from seed_agents.networks.target_updates import update_target
 from seed_agents.replay import transitions as tr
 from seed_agents.replay.stats import SamplesPerInsert
 from seed_agents.utils.counting import Counter

@@ -8,14 +8,14 @@ import numpy as np
 import tensorflow as tf
 from dm_env import specs
 
-from seed_agents.agents.common.policy_inputs import (
+from seed_agents.agents.r2d2.networks import RecurrentQNetwork
+from seed_agents.core import Policy
+from seed_agents.policies.inputs import (
     random_generator,
     step_signature,
     to_numpy,
     zero_state,
 )
-from seed_agents.agents.r2d2.networks import RecurrentQNetwork
-from seed_agents.core import Policy
 from seed_agents.specs import EnvironmentSpec
 
 

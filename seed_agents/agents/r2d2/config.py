@@ -52,14 +52,14 @@ class R2D2Config:
       eval_epsilon: the evaluation environments' (and the evaluator's) epsilon.
 
     Network:
-      torso: a name in `seed_agents.agents.common.torsos.TORSOS`: "mlp", or "nature_cnn" or
+      torso: a name in `seed_agents.networks.torsos.TORSOS`: "mlp", or "nature_cnn" or
         "impala_resnet" (convolutions before the MLP layers, for 84x84 pixels), or
         "minatar" (one 3x3x16 convolution, for MinAtar's 10x10xC planes).
       hidden_sizes: MLP torso layers.
       lstm_size: the LSTM core's units; its input also gets the previous action.
       head_hidden_size: hidden units of each dueling stream (value and advantage).
       precision: "float32"; "bfloat16" computes the torso in bfloat16 (variables, core,
-        heads and losses stay float32; see `seed_agents.agents.common.torsos.PRECISIONS`): ~40%
+        heads and losses stay float32; see `seed_agents.networks.torsos.PRECISIONS`): ~40%
         less CPU per frame for a pixel torso on hardware with native bfloat16, ~8x more
         where it is emulated (it runs, with a warning); "auto" picks bfloat16 only where
         it is native (`seed_agents.utils.hardware`), where the network is built.
@@ -136,7 +136,7 @@ class R2D2Config:
             raise ValueError(f"hidden_sizes must be positive, got {self.hidden_sizes}.")
         object.__setattr__(self, "hidden_sizes", sizes)
         # Deferred: the torso table loads TensorFlow, which importing a config should not.
-        from seed_agents.agents.common.torsos import check_torso
+        from seed_agents.networks.torsos import check_torso
         from seed_agents.utils.hardware import check_precision
 
         check_torso(self.torso)

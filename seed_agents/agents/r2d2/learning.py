@@ -10,12 +10,12 @@ import tensorflow as tf
 import tree
 
 from seed_agents import core
-from seed_agents.agents.common.batches import Batches
-from seed_agents.agents.common.optimizers import built
-from seed_agents.agents.common.target_networks import update_target
 from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.agents.r2d2.networks import RecurrentQNetwork
-from seed_agents.agents.r2d2.targets import n_step_double_q_targets
+from seed_agents.learning.batches import Batches
+from seed_agents.learning.optimizers import built
+from seed_agents.losses.q_learning import n_step_double_q_targets
+from seed_agents.networks.target_updates import update_target
 from seed_agents.replay import unrolls
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import Logger, NoOpLogger

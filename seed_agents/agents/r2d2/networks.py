@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 from dm_env import specs
 
-from seed_agents.agents.common.torsos import embed, make_torso, recurrent_unroll
+from seed_agents.networks.torsos import embed, make_torso, recurrent_unroll
 
 
 class RecurrentQNetwork(tf.Module):

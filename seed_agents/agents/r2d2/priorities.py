@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from seed_agents.agents.r2d2.config import R2D2Config
-from seed_agents.agents.r2d2.targets import np_n_step_q_targets
+from seed_agents.losses.q_learning import np_n_step_q_targets
 from seed_agents.replay import unrolls
 
 _LAST = 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from seed_agents.agents.common.replay_config import ActorCriticConfig, check_positive
+from seed_agents.configs.transitions import ActorCriticConfig, check_positive
 
 
 @dataclasses.dataclass(frozen=True)

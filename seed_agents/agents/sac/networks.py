@@ -7,13 +7,13 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from seed_agents.agents.common.continuous_networks import (
+from seed_agents.networks.mlp import (
     critic_input,
     flatten_observation,
     mlp,
     run,
 )
-from seed_agents.agents.common.target_networks import update_target
+from seed_agents.networks.target_updates import update_target
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 """The policy's log standard deviation is squashed into this range: wide enough to start

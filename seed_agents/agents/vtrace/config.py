@@ -34,7 +34,7 @@ class VTraceConfig:
         bounds the policy lag of the data; it must hold at least two batches so that one
         batch can fill while the learner trains on the other.
       hidden_sizes: MLP torso layers.
-      torso: a name in `seed_agents.agents.common.torsos.TORSOS`: "mlp", "nature_cnn" (the Nature
+      torso: a name in `seed_agents.networks.torsos.TORSOS`: "mlp", "nature_cnn" (the Nature
         DQN convolutions before the MLP layers, for 84x84 pixel observations; use e.g.
         hidden_sizes=(512,)) or "impala_resnet" (IMPALA's deep residual torso, ~7x the
         Nature CNN's compute per frame; the paper puts hidden_sizes=(256,) after it) or
@@ -74,7 +74,7 @@ class VTraceConfig:
         budget, whatever it is: `for_budget`, which `train` and the benchmarks call with
         the budget, sets `anneal_steps` (a preset cannot know the budget).
       precision: "float32"; "bfloat16" computes the torso in bfloat16 (variables, core,
-        heads and losses stay float32; see `seed_agents.agents.common.torsos.PRECISIONS`): ~40%
+        heads and losses stay float32; see `seed_agents.networks.torsos.PRECISIONS`): ~40%
         less CPU per frame for a pixel torso on hardware with native bfloat16, ~8x more
         where it is emulated (it runs, with a warning); "auto" picks bfloat16 only where
         it is native (`seed_agents.utils.hardware`), where the network is built.
@@ -247,7 +247,7 @@ class VTraceConfig:
                 f"batch_size ({self.batch_size}): minibatches are whole unrolls, all of "
                 "one size.")
         # Deferred: the torso table loads TensorFlow, which importing a config should not.
-        from seed_agents.agents.common.torsos import check_torso
+        from seed_agents.networks.torsos import check_torso
         from seed_agents.utils.hardware import check_precision
 
         check_torso(self.torso)

@@ -9,13 +9,13 @@ import tensorflow as tf
 import tree
 
 from seed_agents import core
-from seed_agents.agents.common.batches import Batches
-from seed_agents.agents.common.optimizers import built
-from seed_agents.agents.vtrace import losses
 from seed_agents.agents.vtrace.acting import POLICY_VERSION
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.agents.vtrace.networks import PolicyValueNetwork, ValueNormalizer
-from seed_agents.agents.vtrace.vtrace import VTraceReturns, vtrace_returns
+from seed_agents.learning.batches import Batches
+from seed_agents.learning.optimizers import built
+from seed_agents.losses import policy_gradient as losses
+from seed_agents.losses.vtrace import VTraceReturns, vtrace_returns
 from seed_agents.replay import unrolls
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import Logger, NoOpLogger

@@ -9,8 +9,8 @@ import numpy as np
 import tensorflow as tf
 from dm_env import specs
 
-from seed_agents.agents.common.observation_normalization import ObservationNormalizer
-from seed_agents.agents.common.torsos import embed, make_torso, recurrent_unroll, torso_dtype
+from seed_agents.networks.normalization import ObservationNormalizer
+from seed_agents.networks.torsos import embed, make_torso, recurrent_unroll, torso_dtype
 
 
 class PolicyValueNetwork(tf.Module):

@@ -1,4 +1,6 @@
-"""R2D2's value rescaling and n-step double-Q targets, in TensorFlow and in numpy.
+"""Q-learning's targets and loss: double-Q over a batch of n-step transitions (DQN, discrete CQL),
+and R2D2's value rescaling and n-step double-Q targets over sequences, in TensorFlow and
+in numpy.
 
 The TensorFlow versions train; the numpy versions give a new sequence its initial
 priority on the inference server, from the Q-values the acting network computed anyway
@@ -13,6 +15,15 @@ import numpy as np
 import tensorflow as tf
 
 
+def huber_td_loss(q_taken: tf.Tensor, targets: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
+    """The mean Huber loss of the TD errors `targets - q_taken` ([B] each): quadratic
+    within `delta`, linear beyond, so a rare large error moves the network no more than
+    a clipped gradient would (DQN's loss)."""
+    error = tf.abs(targets - q_taken)
+    quadratic = tf.minimum(error, delta)
+    return tf.reduce_mean(0.5 * tf.square(quadratic) + delta * (error - quadratic))
+
+
 def rescale(x, epsilon: float = 1e-3):
     """h(x) = sign(x) (sqrt(|x| + 1) - 1) + epsilon x (Pohlen et al. 2018)."""
     return tf.sign(x) * (tf.sqrt(tf.abs(x) + 1.0) - 1.0) + epsilon * x
@@ -25,6 +36,25 @@ def inverse_rescale(x, epsilon: float = 1e-3):
         return tf.sign(x) * (tf.square(tf.abs(x) + 1.0) - 1.0)
     root = (tf.sqrt(1.0 + 4.0 * epsilon * (tf.abs(x) + 1.0 + epsilon)) - 1.0) / (2.0 * epsilon)
     return tf.sign(x) * (tf.square(root) - 1.0)
+
+
+def double_q_targets(
+    rewards: tf.Tensor,
+    discounts: tf.Tensor,
+    next_q_online: tf.Tensor,
+    next_q_target: tf.Tensor,
+) -> tf.Tensor:
+    """y = R + D Q'(o', argmax_a Q(o', a)) for a batch of n-step transitions, no gradient.
+
+    Double DQN (van Hasselt et al. 2016): the online network picks the next action, the
+    target network values it. `rewards` [B] are the n-step discounted sums and
+    `discounts` [B] hold gamma^n (0 where the episode terminated), as
+    `seed_agents.replay.transitions` stores them; the Q-values are [B, A].
+    """
+    best = tf.argmax(next_q_online, axis=-1, output_type=tf.int32)
+    next_value = tf.gather(next_q_target, best, batch_dims=1)
+    return tf.stop_gradient(tf.cast(rewards, tf.float32)
+                            + tf.cast(discounts, tf.float32) * next_value)
 
 
 def n_step_double_q_targets(

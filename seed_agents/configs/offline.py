@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from seed_agents.agents.common.replay_config import check_positive, check_sizes
+from seed_agents.configs.transitions import check_positive, check_sizes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,8 +16,13 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from seed_agents.agents.common.policy_inputs import random_generator, step_signature, to_numpy
 from seed_agents.core import Policy
+from seed_agents.policies.inputs import (
+    evaluation_mask,
+    random_generator,
+    step_signature,
+    to_numpy,
+)
 from seed_agents.specs import EnvironmentSpec
 
 
@@ -65,9 +70,6 @@ class ContinuousPolicy(Policy):
         self, observation: np.ndarray, prev_action: np.ndarray, state: Any,
         env_ids: np.ndarray | None = None,
     ) -> tuple[np.ndarray, dict[str, np.ndarray], Any]:
-        if self._evaluation:
-            deterministic = np.ones(len(observation), bool)
-        else:
-            ids = np.arange(len(observation)) if env_ids is None else np.asarray(env_ids)
-            deterministic = ids < self.num_evaluation_envs
+        deterministic = evaluation_mask(len(observation), env_ids, self.num_evaluation_envs,
+                                        self._evaluation)
         return to_numpy(self._step(observation, prev_action, state, deterministic))

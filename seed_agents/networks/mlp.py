@@ -1,4 +1,4 @@
-"""Building blocks of continuous-control networks: MLPs and critics on (observation, action).
+"""Building blocks of dense networks: MLPs, and critics on (observation, action).
 
 Observations are flat vectors here (MuJoCo and Control Suite states); the MLP layers are
 the same ReLU `Dense` stacks the discrete agents' torsos use.

@@ -43,3 +43,14 @@ def zero_state(state_spec: Any, batch_size: int) -> Any:
 def to_numpy(outputs: Any) -> Any:
     """A step's (action, extras, next_state) tensors as numpy, for the server's buffers."""
     return tree.map_structure(lambda t: t.numpy(), outputs)
+
+
+def evaluation_mask(batch_size: int, env_ids: np.ndarray | None, num_evaluation_envs: int,
+                    evaluation: bool) -> np.ndarray:
+    """[B] bool: the environments of a batch that act without exploring: all of them for
+    an evaluation policy, else those with ids below `num_evaluation_envs` (SEED's
+    evaluation environments); `env_ids` default to 0..B-1."""
+    if evaluation:
+        return np.ones(batch_size, bool)
+    ids = np.arange(batch_size) if env_ids is None else np.asarray(env_ids)
+    return ids < num_evaluation_envs

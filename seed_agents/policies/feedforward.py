@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from seed_agents.agents.common.policy_inputs import random_generator, step_signature, to_numpy
 from seed_agents.core import Policy
+from seed_agents.policies.inputs import random_generator, step_signature, to_numpy
 from seed_agents.specs import EnvironmentSpec
 
 

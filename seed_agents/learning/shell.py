@@ -1,10 +1,11 @@
-"""The shell shared by learners that train on batches of n-step transitions (SAC, D4PG).
+"""The shell of a learner that trains on batches from a Reverb table: everything but the math.
 
-Everything but the math: batches from the rate-limited table, the step count (a variable,
-so checkpoints carry it), counting and logging, and the observed samples per insert,
-which shows whether the rate limiter holds learning and acting at the configured ratio.
-A subclass provides the networks and `_train(data) -> metrics`, a `tf.function` over one
-batch of transitions (`seed_agents.replay.transitions`).
+Batches that give up instead of blocking (so the loop sees its stop event), the step count
+(a variable, so checkpoints carry it), counting and logging, and, for a rate-limited
+table, the observed samples per insert, which shows whether the limiter holds learning
+and acting at the configured ratio. `TransitionLearner` and `UnrollLearner` name what the
+batches hold; a subclass provides `_train(data) -> metrics` (a `tf.function` over one
+batch) and `checkpoint_objects()`.
 """
 
 from __future__ import annotations
@@ -17,33 +18,13 @@ import numpy as np
 import tensorflow as tf
 
 from seed_agents import core
-from seed_agents.agents.common.batches import Batches
+from seed_agents.learning.batches import Batches
 from seed_agents.replay.stats import SamplesPerInsert
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import Logger, NoOpLogger
 
 
-def clip_gradients(gradients: list[tf.Tensor],
-                   max_norm: float | None) -> tuple[list[tf.Tensor], tf.Tensor]:
-    """(`gradients` clipped to global norm `max_norm`, or as they are for None; their
-    norm before clipping), for the metrics."""
-    norm = tf.linalg.global_norm(gradients)
-    if max_norm is not None:
-        gradients, _ = tf.clip_by_global_norm(gradients, max_norm, use_norm=norm)
-    return gradients, norm
-
-
-def minimize(tape: tf.GradientTape, loss: tf.Tensor, variables: list[tf.Variable],
-             optimizer: tf.keras.optimizers.Optimizer,
-             max_norm: float | None) -> tf.Tensor:
-    """One optimizer step on `loss` (recorded by `tape`) over `variables`, its gradients
-    clipped to `max_norm` (None: not clipped); returns their norm, for the metrics."""
-    gradients, norm = clip_gradients(tape.gradient(loss, variables), max_norm)
-    optimizer.apply_gradients(zip(gradients, variables, strict=True))
-    return norm
-
-
-class TransitionLearner(core.Learner):
+class BatchLearner(core.Learner):
     """One `_train` call per batch; `step` returns {} when no batch came in time (see
     `Batches`), so the caller's loop sees its stop event.
 
@@ -71,7 +52,7 @@ class TransitionLearner(core.Learner):
 
     @abc.abstractmethod
     def _train(self, data: Any) -> dict[str, tf.Tensor]:
-        """One update on a batch of transitions; returns scalar metrics."""
+        """One update on a batch (the dataset's `data`); returns scalar metrics."""
 
     @abc.abstractmethod
     def checkpoint_objects(self) -> dict[str, Any]:
