@@ -13,6 +13,7 @@ import csv
 import dataclasses
 import io
 import json
+import threading
 import uuid
 
 import pytest
@@ -106,3 +107,33 @@ def test_a_run_on_a_url_logdir_checkpoints_there_and_resumes_from_it(tmp_path):
     assert int(rows[rows_before]["env_steps"]) >= saved.counts["env_steps"]
     assert len(read_run_record(url).started) == 2
     assert len(checkpointing.complete_replay_checkpoints(replay)) <= 2  # the newest two
+
+
+@pytest.mark.parametrize("scheme", ["file://", ""], ids=["url", "local"])
+def test_a_reader_never_finds_a_rewritten_file_missing_or_partial(tmp_path, scheme):
+    # What a launcher rewrites while others poll it (nodes.json on restarts): a reader
+    # gets the old text or the new, never no file (the URL's "w" once removed it first)
+    # nor a part; no temporary file is left behind.
+    path = f"{scheme}{tmp_path}/nodes.json"
+    storage.write_text(path, json.dumps({"n": 0, "pad": "x" * 4096}))
+    stop, problems, reads = threading.Event(), [], [0]
+
+    def poll():
+        while not stop.is_set():
+            try:
+                json.loads(storage.read_text(path))
+                reads[0] += 1
+            except Exception as error:  # noqa: BLE001 - what a reader would hit
+                problems.append(repr(error))
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        for n in range(1, 200):
+            storage.write_text(path, json.dumps({"n": n, "pad": "x" * 4096}))
+    finally:
+        stop.set()
+        reader.join(60)
+    assert problems == [] and reads[0] > 0
+    assert json.loads(storage.read_text(path))["n"] == 199
+    assert storage.listdir(f"{scheme}{tmp_path}") == ["nodes.json"]

@@ -17,6 +17,7 @@ a half-written object: an object appears whole or not at all.
 from __future__ import annotations
 
 import os
+import uuid
 from typing import IO, Any
 
 PathLike = str | os.PathLike[str]
@@ -87,8 +88,21 @@ def read_text(path: PathLike) -> str:
 
 
 def write_text(path: PathLike, text: str) -> None:
-    with open_file(path, "w") as f:
-        f.write(text)
+    """Writes `text` to a sibling temporary file, then moves it over `path`, so a reader
+    sees the old file or the new one, never none or a part: `open_file`'s "w" on a URL
+    removes the old object first (a reader polling `nodes.json` once found no file)."""
+    temporary = f"{os.fspath(path)}.tmp-{uuid.uuid4().hex[:12]}"
+    try:
+        with open_file(temporary, "w") as f:
+            f.write(text)
+        replace(temporary, path)
+    except BaseException:
+        if exists(temporary):
+            if is_url(temporary):
+                _gfile().remove(temporary)
+            else:
+                os.remove(temporary)
+        raise
 
 
 def replace(source: PathLike, target: PathLike) -> None:
