@@ -98,47 +98,111 @@ def _env_worker(seed: int, ready, windows, results) -> None:
     results.put({"steps": steps, "cpu_s": cpu.process_s()})
 
 
-def _central_runner(address: str, k: int, seed: int, ready, windows, results) -> None:
-    """An `EnvRunner` of K environments against the service at `address`, timed.
+class _DelayedChannel:
+    """A channel `delay_s` away each way: a simulated network between runner and service.
 
-    Within the window it records how long each round trip took and how long the
-    environments took between round trips, so that a slow phase can be blamed.
+    A worker thread carries each request: it waits `delay_s`, sends, waits for the
+    actions, waits `delay_s` again and hands them over, so the runner's thread never sleeps
+    on the delay (a network does not block the sender) and the server sees each request
+    late, as it would. The kernel here has no `tc netem`; this is the harness's delay.
     """
+
+    def __init__(self, channel, delay_s: float):
+        import queue
+
+        self._channel = channel
+        self._delay_s = delay_s
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._replies: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._carry, daemon=True).start()
+
+    def _carry(self) -> None:
+        while (batch := self._requests.get()) is not None:
+            time.sleep(self._delay_s)
+            try:
+                self._channel.send(batch)
+                reply = self._channel.receive()
+            except BaseException as error:  # noqa: BLE001 - handed to the runner's thread
+                reply = error
+            time.sleep(self._delay_s)
+            self._replies.put(reply)
+
+    def send(self, batch) -> None:
+        self._requests.put(batch)
+
+    def receive(self):
+        reply = self._replies.get()
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    def close(self) -> None:
+        self._requests.put(None)
+
+
+def _central_runner(address: str, k: int, seed: int, groups: int, delay_ms: float,
+                    ready, windows, results) -> None:
+    """An `EnvRunner` of K environments in `groups` groups against the service at
+    `address` (each group's stream `delay_ms` away each way), timed by the runner's own
+    figures (`EnvRunner.figures`) read at the window's start and end."""
     from seed_agents.envs import environment_factory
     from seed_agents.inference import wire
     from seed_agents.inference.grpc_client import RemoteInference
     from seed_agents.inference.runner import EnvRunner
 
-    runner = EnvRunner(environment_factory(ENV_ID), k, seed)
+    runner = EnvRunner(environment_factory(ENV_ID), k, seed, groups)
     spec = runner.envs[0].observation_spec()
-    hello = wire.Hello(f"runner-{seed}", f"run-{seed}-{os.getpid()}", k, spec.shape,
-                       spec.dtype, int(runner.envs[0].action_spec().num_values))
+    num_actions = int(runner.envs[0].action_spec().num_values)
+    run_id = f"run-{seed}-{os.getpid()}"
+    hellos = [wire.Hello(f"runner-{seed}/{g}", run_id, n, spec.shape, spec.dtype, num_actions)
+              for g, n in enumerate(runner.group_sizes)]
     start, end = wait_for_window(ready, windows)
     cpu = _CpuWindow(start, end)
     stop = threading.Event()
-    rounds, infer_s, env_s, latencies = 0, 0.0, 0.0, []
-    returned = None  # When the previous reply came: the gap to the next call is stepping.
-    with RemoteInference(address, hello) as remote:
-        def timed(batch):
-            nonlocal rounds, infer_s, env_s, returned
-            t0 = time.monotonic()
-            actions = remote(batch)
-            t1 = time.monotonic()
-            if start <= t0 and t1 < end:
-                rounds += 1
-                infer_s += t1 - t0
-                latencies.append(t1 - t0)
-                if returned is not None:
-                    env_s += t0 - returned
-            if t1 >= end:
+    marks: dict[str, dict[str, Any]] = {}
+
+    def read() -> dict[str, Any]:
+        figures = runner.figures()
+        return {"rounds": runner.rounds, "steps": figures["env_steps"],
+                "trips": sum(figures["round_trip"]), **figures}
+
+    class Timed:
+        """Marks the runner's figures at the first answer in the window and at its end."""
+
+        def __init__(self, channel):
+            self.channel = channel
+
+        def send(self, batch):
+            self.channel.send(batch)
+
+        def receive(self):
+            actions = self.channel.receive()
+            now = time.monotonic()
+            if "start" not in marks and now >= start:
+                marks["start"] = read()
+            if now >= end and "end" not in marks:
+                marks["end"] = read()
                 stop.set()
-            returned = t1
             return actions
 
-        runner.run(timed, stop)
-    runner.close()
-    results.put({"steps": rounds * k, "rounds": rounds, "infer_s": infer_s, "env_s": env_s,
-                 "latencies": latencies, "cpu_s": cpu.process_s()})
+    remotes = [RemoteInference(address, hello) for hello in hellos]
+    channels = [_DelayedChannel(r, delay_ms / 1e3) if delay_ms > 0 else r for r in remotes]
+    try:
+        runner.run([Timed(c) for c in channels], stop)
+    finally:
+        for channel in channels:
+            if isinstance(channel, _DelayedChannel):
+                channel.close()
+        for remote in remotes:
+            remote.close()
+        runner.close()
+    first, last = marks["start"], marks["end"]
+    results.put({
+        **{key: last[key] - first[key]
+           for key in ("rounds", "steps", "infer_s", "env_s", "trips", "round_trip_s")},
+        "round_trip": [a - b for a, b in zip(last["round_trip"], first["round_trip"],
+                                             strict=True)],
+        "cpu_s": cpu.process_s()})
 
 
 def _local_actor(config: Any, seed: int, ready, windows, results) -> None:
@@ -251,30 +315,34 @@ def _timed_builder(config):
 
 
 def measure_acting(policy, spec, runners: int, k: int, warmup_s: float, duration_s: float,
-                   max_wait_ms: float, address: str = "127.0.0.1:0") -> dict[str, float]:
-    """Env steps/s of `runners` x `k` environments against the central server (no replay),
-    and where each round trip's time went."""
+                   max_wait_ms: float, address: str = "127.0.0.1:0", groups: int = 1,
+                   delay_ms: float = 0.0) -> dict[str, float]:
+    """Env steps/s of `runners` x `k` environments in `groups` groups each against the
+    central server (no replay), each stream `delay_ms` away each way, and where each round
+    trip's time went."""
     from seed_agents.inference.grpc_service import InferenceService
     from seed_agents.inference.server import InferenceConfig, InferenceServer
+    from seed_agents.utils.counting import percentile_ms
 
     timed = _TimedPolicy(policy)
     config = InferenceConfig(max_envs=runners * k, max_batch_size=runners * k,
                              max_wait_ms=max_wait_ms)
     server = InferenceServer(timed, spec, adder=None, config=config)
-    service = InferenceService(server, spec, address=address, max_runners=runners)
+    service = InferenceService(server, spec, address=address, max_streams=runners * groups)
     address = service.start()
     try:
         out, cpu = _run_phase(_central_runner,
-                              [(address, k, 1000 * i) for i in range(runners)],
+                              [(address, k, 1000 * i, groups, delay_ms) for i in range(runners)],
                               warmup_s, duration_s)
     finally:
         service.stop()
         server.close()
     rounds = sum(r["rounds"] for r in out)
     steps = sum(r["steps"] for r in out)
-    latencies = np.concatenate([np.asarray(r["latencies"]) for r in out]) * 1e3
+    trips = sum(r["trips"] for r in out)
+    histogram = {"round_trip": np.sum([r["round_trip"] for r in out], axis=0).tolist()}
     server = timed.stats(cpu.start, cpu.end)
-    rtt_ms = float(latencies.mean()) if latencies.size else float("nan")
+    rtt_ms = 1e3 * sum(r["round_trip_s"] for r in out) / trips if trips else float("nan")
     return {
         "steps_per_s": steps / duration_s,
         # CPU per env step: each runner process (environments, encoding, its gRPC client)
@@ -284,7 +352,7 @@ def measure_acting(policy, spec, runners: int, k: int, warmup_s: float, duration
         "idle_cores": cpu.idle_cores(),
         **server,
         "rtt_ms": rtt_ms,
-        "rtt_p99_ms": float(np.percentile(latencies, 99)) if latencies.size else float("nan"),
+        "rtt_p99_ms": percentile_ms({}, histogram, "round_trip", 99),
         "runner_env_ms_per_round": 1e3 * sum(r["env_s"] for r in out) / max(rounds, 1),
         "runner_waiting": sum(r["infer_s"] for r in out) / (runners * duration_s),
         # What a round trip costs beyond the policy call: transport, decoding, waiting for
@@ -462,7 +530,7 @@ class _TrainingProbe(threading.Thread):
 
 def measure_training(config, runners: int, k: int, warmup_s: float, duration_s: float,
                      max_wait_ms: float, startup_s: float,
-                     address: str = "127.0.0.1:0") -> dict[str, float]:
+                     address: str = "127.0.0.1:0", groups: int = 1) -> dict[str, float]:
     """Env steps/s and learner samples/s of V-trace training under the in-process backend
     with gRPC runner processes, and the CPU it costs per env step.
 
@@ -482,7 +550,7 @@ def measure_training(config, runners: int, k: int, warmup_s: float, duration_s: 
     with tempfile.TemporaryDirectory() as logdir:
         experiment = Experiment(
             builder=builder, environment=ENV_ID, num_runners=runners,
-            envs_per_runner=k, max_env_steps=10**9, transport="grpc",
+            envs_per_runner=k, runner_groups=groups, max_env_steps=10**9, transport="grpc",
             inference_address=address, inference_max_wait_ms=max_wait_ms,
             max_wall_s=startup_s + warmup_s + duration_s, logdir=logdir, log_every_s=0.5,
             evaluate_every_s=None, checkpoint_every_s=None,

@@ -1,14 +1,19 @@
 """Pong throughput: environment and inference limits, central acting, IMPALA-style acting,
 and V-trace training, all in one run on the same cores.
 
-    python benchmarks/atari_throughput.py [--duration 20] [--layouts 2x32,4x16,2x64]
+    python benchmarks/atari_throughput.py [--duration 20] [--layouts 2x32,2x32g2,4x16]
 
 Phases, one after the other, each counted over `--duration` seconds after a warm-up:
   * env_limit: one process per core stepping `atari:Pong` (standard preprocessing) with
     random actions, summed: what the machine can step with nothing else to do;
   * acting: runner processes x K environments streaming over gRPC to the central
-    inference server (Nature CNN V-trace policy, no replay), for each `--layouts` entry;
-    the fastest layout is the one reported, and the one every later phase uses;
+    inference server (Nature CNN V-trace policy, no replay), for each `--layouts` entry
+    (`2x32g2`: 2 runners of 32 environments stepped in 2 alternating groups, one group
+    stepping while the other's actions are in flight); the fastest layout is the one
+    reported, and the one every later phase uses;
+  * delayed: the chosen layout's acting again with each stream `--delay-ms` away from the
+    service each way (a delay in the runners' harness: this kernel has no `tc netem`);
+    `delayed_vs_none` is its rate over the same layout's without the delay;
   * inference_limit: the same policy's step on a [B, 84, 84, 4] uint8 batch in a loop,
     B = the chosen layout's environments, with the learner's TF thread pools;
   * ideal = 1 / (1/env_limit + 1/inference_limit): stepping and inference sharing the
@@ -56,11 +61,14 @@ from atari_phases import (
 )
 
 
-def _layouts(text: str) -> list[tuple[int, int]]:
+def _layouts(text: str) -> list[tuple[int, int, int]]:
+    """"2x32,2x32g2" -> [(2, 32, 1), (2, 32, 2)]: runners x envs per runner, and `gG` for
+    G groups per runner (double-buffered when 2; lockstep without it)."""
     out = []
     for item in text.split(","):
-        runners, _, k = item.strip().partition("x")
-        out.append((int(runners), int(k)))
+        runners, _, rest = item.strip().partition("x")
+        k, _, groups = rest.partition("g")
+        out.append((int(runners), int(k), int(groups or 1)))
     return out
 
 
@@ -83,8 +91,12 @@ def main() -> None:
     parser.add_argument("--training-startup", type=float, default=600.0,
                         help="most seconds the training run may take to its first learner "
                              "step; the window starts from that step, however soon")
-    parser.add_argument("--layouts", default="2x32,4x16,2x64",
-                        help="runners x envs per runner to try for acting")
+    parser.add_argument("--layouts", default="2x32,2x32g2,4x16,4x16g2,2x64,2x64g2",
+                        help="runners x envs per runner (gG: in G groups) to try for acting")
+    parser.add_argument("--delay-ms", type=float, default=0.5,
+                        help="the delayed phase: the chosen layout's acting again, each "
+                             "stream this far from the service each way (a simulated "
+                             "network: this kernel has no netem)")
     parser.add_argument("--env-processes", type=int, default=os.cpu_count() or 1)
     # Runners in lockstep send about one env-stepping time apart (~10 ms for 32 Pong
     # envs): with the 2 ms default of `Experiment` batches split in two (measured: mean
@@ -98,7 +110,8 @@ def main() -> None:
                         help="TF inter-op threads of this process, which hosts the learner "
                              "and the inference server in training (as the backends give "
                              "such a process: LEARNER_INTER_OP_THREADS)")
-    parser.add_argument("--phases", default="env,acting,inference,learner,impala,training")
+    parser.add_argument("--phases",
+                        default="env,acting,delayed,inference,learner,impala,training")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from seed_agents.utils.tf_threads import configure_tf_threads
@@ -127,7 +140,7 @@ def _run_phases(args: argparse.Namespace, config, policy, spec) -> dict[str, Any
     """Every phase asked for, in order; acting first picks the layout the rest use."""
     phases = set(args.phases.split(","))
     nothing = {"steps_per_s": float("nan")}
-    out: dict[str, Any] = {"env": nothing, "acting": {}, "impala": nothing,
+    out: dict[str, Any] = {"env": nothing, "acting": {}, "impala": nothing, "delayed": nothing,
                            "learner": nothing,
                            "inference": {"obs_per_s": float("nan")},
                            "training": {"trained_steps_per_s": float("nan"),
@@ -137,15 +150,20 @@ def _run_phases(args: argparse.Namespace, config, policy, spec) -> dict[str, Any
         _show(f"env_limit ({args.env_processes} processes)", out["env"])
     layouts = _layouts(args.layouts)
     if "acting" in phases:
-        for runners, k in layouts:
-            out["acting"][f"{runners}x{k}"] = result = measure_acting(
+        for runners, k, groups in layouts:
+            name = _layout_name(runners, k, groups)
+            out["acting"][name] = result = measure_acting(
                 policy, spec, runners, k, args.warmup, args.duration, args.max_wait_ms,
-                args.address)
-            _show(f"acting {runners}x{k}", result)
+                args.address, groups)
+            _show(f"acting {name}", result)
         out["layout"] = max(out["acting"], key=lambda n: out["acting"][n]["steps_per_s"])
     else:
-        out["layout"] = "{}x{}".format(*layouts[0])
-    runners, k = _layouts(out["layout"])[0]
+        out["layout"] = _layout_name(*layouts[0])
+    runners, k, groups = _layouts(out["layout"])[0]
+    if "delayed" in phases:
+        out["delayed"] = measure_acting(policy, spec, runners, k, args.warmup, args.duration,
+                                        args.max_wait_ms, args.address, groups, args.delay_ms)
+        _show(f"acting {out['layout']}, {args.delay_ms} ms each way", out["delayed"])
     if "inference" in phases:
         out["inference"] = measure_inference_limit(policy, runners * k, args.warmup,
                                                    args.duration)
@@ -163,7 +181,7 @@ def _run_phases(args: argparse.Namespace, config, policy, spec) -> dict[str, Any
     if "training" in phases:
         out["training"] = measure_training(config, runners, k, args.training_warmup,
                                            args.duration, args.max_wait_ms,
-                                           args.training_startup, args.address)
+                                           args.training_startup, args.address, groups)
         _show(f"training {out['layout']}", out["training"])
     return out
 
@@ -173,7 +191,7 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
     from seed_agents.utils.reference import machine_report
 
     layout = results["layout"]
-    runners, k = _layouts(layout)[0]
+    runners, k, groups = _layouts(layout)[0]
     env_limit = results["env"]["steps_per_s"]
     inference_limit = results["inference"]["obs_per_s"]
     ideal = _combined(env_limit, inference_limit)
@@ -204,6 +222,10 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
         "ideal": _round(ideal),
         "acting": _round(acting),
         "impala_style": _round(impala_style),
+        # The chosen layout's acting with every stream `delay_ms` away each way, over the
+        # same layout without the delay (measured above, in this run).
+        "acting_delayed": _round(results["delayed"]["steps_per_s"]),
+        "delayed_vs_none": _round(results["delayed"]["steps_per_s"] / acting, 3),
         "training": _round(frames),
         "training_env_steps_per_s": _round(training["trained_steps_per_s"]),
         "training_acting_env_steps_per_s": _round(training["env_steps_per_s"]),
@@ -237,13 +259,15 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
         # another program had the cores; well above 0 means a stall of ours.
         "idle_cores": {name: _round(results[name].get("idle_cores"), 2) for name in
                        ("env", "inference", "learner", "impala", "training")}
-        | {"acting": _round(acting_figures.get("idle_cores"), 2)},
+        | {"acting": _round(acting_figures.get("idle_cores"), 2),
+           "delayed": _round(results["delayed"].get("idle_cores"), 2)},
         "acting_breakdown": {key: _round(value, 3) for key, value in acting_figures.items()},
         "training_breakdown": {key: _round(value, 2) for key, value in training.items()},
         # Where it ran: CPU, flags, TF, precision and one-second reference rates.
         "machine": machine_report(config.precision),
         "config": {
             "env": ENV_ID, "layout": layout, "runners": runners, "envs_per_runner": k,
+            "runner_groups": groups, "delay_ms": args.delay_ms,
             "inference_batch": runners * k, "env_processes": args.env_processes,
             "duration_s": args.duration, "warmup_s": args.warmup,
             "training_warmup_s": args.training_warmup, "max_wait_ms": args.max_wait_ms,
@@ -255,6 +279,10 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
                 "precision", "learning_rate")},
         },
     }
+
+
+def _layout_name(runners: int, k: int, groups: int) -> str:
+    return f"{runners}x{k}" + (f"g{groups}" if groups > 1 else "")
 
 
 def _combined(*rates: float) -> float:

@@ -13,10 +13,10 @@ evaluator read the learner's counts and variables without a network in between.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import os
 import sys
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -51,7 +51,7 @@ def make_program(experiment: Experiment) -> Program:
                 f"runner-{i}", "runner", runner_node,
                 {"environment": experiment.environment, "num_envs": experiment.envs_per_runner,
                  "seed": experiment.runner_seed(i), "log_every_s": rates_every_s(experiment),
-                 **client_credentials(experiment)},
+                 "groups": experiment.groups_per_runner, **client_credentials(experiment)},
                 needs=("inference",), restartable=True, resources=runner_pinned,
             ))
         else:
@@ -145,7 +145,8 @@ def inference_service(experiment: Experiment, inference: Any, spec: Any, address
 
     A restarted runner reconnects under its node name, which frees its predecessor's
     slots (see `InferenceServer.connect`) and ends the old stream, but the new stream can
-    open before the old one is cleaned up: twice the runners' streams. A stream may carry
+    open before the old one is cleaned up: twice the runners' streams (a stream per group
+    of a runner's environments). A stream may carry
     `envs_per_runner` environments, which bounds the largest message the service accepts.
     Shared by the in-process backend and `learner_node`.
     """
@@ -153,7 +154,8 @@ def inference_service(experiment: Experiment, inference: Any, spec: Any, address
 
     tls = experiment.tls
     return InferenceService(
-        inference, spec, address=address, max_streams=2 * experiment.num_runners,
+        inference, spec, address=address,
+        max_streams=2 * experiment.num_runners * experiment.groups_per_runner,
         auth_token=experiment.inference_token,
         server_credentials=tls.server_credentials() if tls is not None else None,
         max_envs_per_stream=experiment.envs_per_runner,
@@ -365,28 +367,34 @@ def learner_node(context: NodeContext, experiment: Experiment, restart: int = 0,
 
 def runner_node(context: NodeContext, environment: Any, num_envs: int, seed: int,
                 log_every_s: float = 5.0, auth_token: str | None = None,
-                tls: Any = None) -> None:
+                tls: Any = None, groups: int = 1) -> None:
     """Environment runners: streaming to the learner's inference service, or in its
-    process calling the inference server directly (a runner thread)."""
+    process calling the inference server directly (a runner thread). `groups` > 1 steps
+    the environments in groups, one stepping while the others' actions are computed."""
     target = context.handles["inference"].dereference()
     if isinstance(target, str):
         from seed_agents.inference.runner_process import run_runner
 
         run_runner(target, environment, num_envs, seed=seed, runner_id=context.name,
                    stop_event=context.stop_event, logdir=context.logdir,
-                   log_every_s=log_every_s, auth_token=auth_token, tls=tls)
+                   log_every_s=log_every_s, auth_token=auth_token, tls=tls, groups=groups)
         return
     from seed_agents.envs import environment_factory
     from seed_agents.inference.runner import EnvRunner, runner_reporter
 
-    runner = EnvRunner(environment_factory(environment), num_envs, seed)
+    runner = EnvRunner(environment_factory(environment), num_envs, seed, groups)
     reporter = (runner_reporter(runner.figures, context.logdir, context.name, log_every_s)
                 if context.logdir else None)
-    target.connect(context.name, num_envs)
+    # One client per group under one run_id: the server batches them as one runner.
+    names = [context.name] if groups == 1 else [f"{context.name}/{g}" for g in range(groups)]
+    run_id = uuid.uuid4().hex
+    for name, size in zip(names, runner.group_sizes, strict=True):
+        target.connect(name, size, run_id)
     try:
-        runner.run(functools.partial(target.step, context.name), context.stop_event)
+        runner.run([target.channel(name) for name in names], context.stop_event)
     finally:
-        target.disconnect(context.name)
+        for name in names:
+            target.disconnect(name)
         try:
             if reporter is not None:
                 reporter.close()  # its last row covers the runner's last seconds

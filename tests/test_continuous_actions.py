@@ -116,10 +116,16 @@ def test_direct_transport_answers_float_rows():
     try:
         runner = EnvRunner(PointEnv, 2)
         server.connect("direct", 2)
-        runner.run(lambda batch: server.step("direct", batch), max_steps=2 * EPISODE)
+        sent = []
+
+        def infer(batch):
+            sent.append(batch)
+            return server.step("direct", batch)
+
+        runner.run(infer, max_steps=2 * EPISODE)
         for env in runner.envs:
             assert len(env.actions) == 2 * EPISODE - 1  # each LAST's answer is a reset
-        actions = server.step("direct", runner._batch)
+        actions = server.step("direct", sent[-1])
         assert actions.dtype == np.float32 and actions.shape == (2, 2)
     finally:
         server.close()

@@ -131,8 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="environment runners (default: the agent's, 4 for vtrace and "
                             "r2d2, 1 for sac and d4pg)")
     train.add_argument("--envs-per-runner", type=int, default=None,
-                       help="environments each runner steps in lockstep (default: the "
+                       help="environments each runner steps (default: the "
                             "agent's, 16 for vtrace and r2d2, 4 for sac and d4pg)")
+    train.add_argument("--runner-groups", type=int, default=None,
+                       help="groups a runner's environments step in, alternately: 2 steps "
+                            "one group while the other's actions are computed, 1 is "
+                            "lockstep (default: 2 from 128 environments per runner, where it "
+                            "measured faster, else 1)")
     train.add_argument("--steps", type=int, default=None,
                        help="env step budget (default: 500000); with --dataset, learner "
                             "steps (default: 20000)")
@@ -223,6 +228,7 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         num_runners=runners if args.runners is None else args.runners,
         envs_per_runner=envs_per_runner if args.envs_per_runner is None
         else args.envs_per_runner,
+        runner_groups=args.runner_groups,
         max_env_steps=max_env_steps,
         max_learner_steps=20_000 if args.steps is None or not args.dataset else args.steps,
         dataset=args.dataset,

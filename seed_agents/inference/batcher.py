@@ -11,7 +11,10 @@ middle one is why a small program does not pay the timeout on every step.
 
 Who is expected: at most `expected_requests()` callers (e.g. the connected runners) and,
 with `active_window_s`, only callers that submitted within the last `active_window_s`
-seconds. A caller that connected and went silent (or never spoke) then holds batches back
+seconds. A caller is who names itself so (`caller=`), not a request: a runner that steps
+its environments in two groups (one group's request in flight while the other steps) is
+one caller with up to two requests, and a batch does not wait for the group that is
+stepping. A caller that connected and went silent (or never spoke) then holds batches back
 for at most that window, not forever: one idle runner must not make every other runner
 wait `max_wait_s` on every step.
 """
@@ -35,11 +38,14 @@ Callback = Callable[[Any, "BaseException | None"], None]
 
 
 class _Request:
-    __slots__ = ("payload", "size", "result", "error", "done", "callback", "submitted")
+    __slots__ = ("payload", "size", "caller", "result", "error", "done", "callback",
+                 "submitted")
 
-    def __init__(self, payload: Any, size: int, callback: Callback | None):
+    def __init__(self, payload: Any, size: int, callback: Callback | None,
+                 caller: Hashable | None = None):
         self.payload = payload
         self.size = size
+        self.caller = caller
         self.submitted = time.monotonic()
         self.result: Any = None
         self.error: BaseException | None = None
@@ -93,6 +99,10 @@ class DynamicBatcher:
         self._recent: OrderedDict[Hashable, float] = OrderedDict()
         self._pending: deque[_Request] = deque()
         self._pending_size = 0
+        # Callers with a request waiting -> how many; requests without a caller count once
+        # each. Their sum of keys is what "every expected caller waiting" compares.
+        self._waiting_callers: dict[Hashable, int] = {}
+        self._waiting_anonymous = 0
         self._cond = threading.Condition()
         self._closed = False
         self.batches = 0
@@ -106,7 +116,7 @@ class DynamicBatcher:
 
     def submit(self, payload: Any, size: int = 1, caller: Hashable | None = None) -> Any:
         """Blocks until the batch holding `payload` (of `size` items) is processed."""
-        request = _Request(payload, size, None)
+        request = _Request(payload, size, None, caller)
         self._enqueue(request, caller)
         request.done.wait()
         if request.error is not None:
@@ -120,7 +130,7 @@ class DynamicBatcher:
         batch is processed (error None on success), or with `BatcherClosedError` if the
         batcher closes first. It must be quick and must not raise: hand the result over
         to the caller's own thread or loop. Raises `BatcherClosedError` if closed now."""
-        self._enqueue(_Request(payload, size, callback), caller)
+        self._enqueue(_Request(payload, size, callback, caller), caller)
 
     def _enqueue(self, request: _Request, caller: Hashable | None) -> None:
         with self._cond:
@@ -128,6 +138,10 @@ class DynamicBatcher:
                 raise BatcherClosedError("The batcher is closed.")
             self._pending.append(request)
             self._pending_size += request.size
+            if caller is None:
+                self._waiting_anonymous += 1
+            else:
+                self._waiting_callers[caller] = self._waiting_callers.get(caller, 0) + 1
             if caller is not None and self._active_window_s is not None:
                 self._recent[caller] = request.submitted
                 self._recent.move_to_end(caller)
@@ -135,11 +149,11 @@ class DynamicBatcher:
             # otherwise its timed wait ends the batch. One wake-up per batch, not per caller.
             # Callers gone idle are expired by the worker, not here: a stale count only
             # delays an early close to the worker's own next check.
-            pending = len(self._pending)
-            if (pending == 1 or self._pending_size >= self._max_batch_size
-                    or (self._active_window_s is not None and pending >= len(self._recent))
+            waiting = self._waiting()
+            if (len(self._pending) == 1 or self._pending_size >= self._max_batch_size
+                    or (self._active_window_s is not None and waiting >= len(self._recent))
                     or (self._expected_requests is not None
-                        and pending >= self._expected_requests())):
+                        and waiting >= self._expected_requests())):
                 self._cond.notify()
 
     def stats(self) -> dict[str, Any]:
@@ -181,7 +195,25 @@ class DynamicBatcher:
         if self._pending_size >= self._max_batch_size:
             return True
         expected = self._expected()
-        return expected is not None and len(self._pending) >= expected
+        return expected is not None and self._waiting() >= expected
+
+    def _waiting(self) -> int:
+        """Distinct callers with a request waiting (the lock held)."""
+        return len(self._waiting_callers) + self._waiting_anonymous
+
+    def _take(self) -> _Request:
+        """The oldest waiting request, out of the queue and the tallies (the lock held)."""
+        request = self._pending.popleft()
+        self._pending_size -= request.size
+        if request.caller is None:
+            self._waiting_anonymous -= 1
+        else:
+            left = self._waiting_callers[request.caller] - 1
+            if left:
+                self._waiting_callers[request.caller] = left
+            else:
+                del self._waiting_callers[request.caller]
+        return request
 
     def _next_batch(self) -> list[_Request] | None:
         with self._cond:
@@ -202,12 +234,11 @@ class DynamicBatcher:
                     expiry = next(iter(self._recent.values())) + self._active_window_s
                     remaining = min(remaining, max(expiry - now, 0.0) + 1e-4)
                 self._cond.wait(remaining)
-            batch = [self._pending.popleft()]
+            batch = [self._take()]
             size = batch[0].size
             while self._pending and size + self._pending[0].size <= self._max_batch_size:
                 size += self._pending[0].size
-                batch.append(self._pending.popleft())
-            self._pending_size -= size
+                batch.append(self._take())
             return batch
 
     def _run(self) -> None:
@@ -241,6 +272,8 @@ class DynamicBatcher:
             leftover = list(self._pending)
             self._pending.clear()
             self._pending_size = 0
+            self._waiting_callers.clear()
+            self._waiting_anonymous = 0
         for request in leftover:
             request.error = BatcherClosedError("The batcher was closed.")
             request.finish()

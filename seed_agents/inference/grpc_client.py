@@ -70,7 +70,8 @@ class RemoteInference:
     dead and every later call raises the same error; open a new `RemoteInference` (the
     server then expects an all-FIRST first batch again).
 
-    One caller at a time: a call sends one batch and blocks until its actions arrive, at
+    One caller at a time, one batch in flight: a call (or `send` then `receive`, the
+    `InferenceChannel` of a runner's group) sends one batch and waits for its actions at
     most `timeout_s` (then the stream is cancelled and `StreamError(DEADLINE_EXCEEDED)` is
     raised). The returned actions are a read-only view, valid until the next call: int32
     [K] for discrete actions, float32 [K, *action_shape] for continuous ones, as the
@@ -103,6 +104,7 @@ class RemoteInference:
         self._requests.put(hello_bytes)
         self._error: BaseException | None = None
         self._closed = False
+        self._in_flight = False
         metadata = [(AUTH_METADATA_KEY, bearer(auth_token))] if auth_token else None
         stream = self._channel.stream_stream(STREAM_METHOD)  # No serializers: bytes.
         self._call = stream(self._request_iterator(), metadata=metadata)
@@ -127,17 +129,31 @@ class RemoteInference:
             self._responses.put(error)
 
     def __call__(self, batch: StepBatch) -> np.ndarray:
-        if self._closed:
-            raise RuntimeError("RemoteInference is closed.")
-        if self._error is not None:
-            raise self._error
+        """Sends `batch` and blocks until its actions arrive (`send`, then `receive`)."""
+        self.send(batch)
+        return self.receive()
+
+    def send(self, batch: StepBatch) -> None:
+        """Queues `batch` (encoded now: the arrays may be reused at once); its actions are
+        `receive`'s. One batch in flight at a time."""
+        self._check_open()
         k = self.hello.num_envs
         if batch.observation.shape[:1] != (k,):
             raise ValueError(
                 f"batch has observation shape {batch.observation.shape}, but this stream "
                 f"announced {k} environments."
             )
+        if self._in_flight:
+            raise RuntimeError("send() while a batch is in flight: receive() its actions first.")
         self._requests.put(wire.encode_step_batch(batch))
+        self._in_flight = True
+
+    def receive(self) -> np.ndarray:
+        """Blocks until the actions for the batch in flight arrive, at most `timeout_s`."""
+        self._check_open()
+        if not self._in_flight:
+            raise RuntimeError("receive() without a batch in flight: send() one first.")
+        self._in_flight = False
         try:
             reply = self._responses.get(timeout=self.timeout_s)
         except queue.Empty:
@@ -155,8 +171,14 @@ class RemoteInference:
             self._error = reply
             raise reply
         hello = self.hello
-        return wire.decode_actions(reply, k, hello.num_actions or None, hello.action_shape,
-                                   hello.action_dtype)
+        return wire.decode_actions(reply, hello.num_envs, hello.num_actions or None,
+                                   hello.action_shape, hello.action_dtype)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("RemoteInference is closed.")
+        if self._error is not None:
+            raise self._error
 
     def close(self) -> None:
         """Ends the stream and the channel; the server then discards partial unrolls.

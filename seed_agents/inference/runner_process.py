@@ -12,6 +12,7 @@ stream had not completed. Nothing already written to replay is affected.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import os
@@ -76,7 +77,9 @@ class RemoteRunner:
     a restarted process gets a new one, so the server can tell them apart. `stats` is
     updated as it runs (readable from another thread). Its HELLO comes from the
     environments' specs (discrete or continuous actions). `tls` (the CA to trust and the
-    name to expect) replaces `channel_credentials` when given.
+    name to expect) replaces `channel_credentials` when given. With `groups` > 1 the
+    environments step in that many groups, each on its own stream (`<runner_id>/<g>`,
+    one `run_id`), one group stepping while the others' actions are in flight.
     """
 
     def __init__(
@@ -92,15 +95,22 @@ class RemoteRunner:
         timeout_s: float = 60.0,
         channel_credentials: grpc.ChannelCredentials | None = None,
         tls: TLSConfig | None = None,
+        groups: int = 1,
     ):
         if max_backoff_s < _INITIAL_BACKOFF_S:
             raise ValueError(f"max_backoff_s must be >= {_INITIAL_BACKOFF_S}, got {max_backoff_s}.")
         self.address = address
-        self.runner = EnvRunner(environment_factory(environment), num_envs, seed)
+        self.runner = EnvRunner(environment_factory(environment), num_envs, seed, groups)
         env = self.runner.envs[0]
-        self.hello = wire.hello_from_specs(
-            runner_id or f"{socket.gethostname()}-{os.getpid()}", run_id or uuid.uuid4().hex,
-            num_envs, env.observation_spec(), env.action_spec())
+        runner_id = runner_id or f"{socket.gethostname()}-{os.getpid()}"
+        run_id = run_id or uuid.uuid4().hex
+        self.hello = wire.hello_from_specs(runner_id, run_id, num_envs, env.observation_spec(),
+                                           env.action_spec())
+        # One stream per group, under one run_id: the server batches them as one runner.
+        sizes = self.runner.group_sizes
+        self.hellos = [dataclasses.replace(self.hello, num_envs=sizes[0])] if groups == 1 else [
+            dataclasses.replace(self.hello, runner_id=f"{runner_id}/{g}", num_envs=n)
+            for g, n in enumerate(sizes)]
         self._auth_token = auth_token
         self._credentials = channel_credentials
         self._channel_options = ()
@@ -128,12 +138,12 @@ class RemoteRunner:
             attempt += 1
             before = self.runner.rounds
             try:
-                with RemoteInference(
-                    self.address, self.hello, self._auth_token, self._credentials,
-                    self._timeout_s, self._channel_options,
-                ) as infer:
+                with contextlib.ExitStack() as streams:
+                    channels = [streams.enter_context(RemoteInference(
+                        self.address, hello, self._auth_token, self._credentials,
+                        self._timeout_s, self._channel_options)) for hello in self.hellos]
                     remaining = None if max_steps is None else max_steps - self.runner.rounds
-                    self.runner.run(infer, stop_event, remaining)
+                    self.runner.run(channels, stop_event, remaining)
                 return
             except grpc.RpcError as error:
                 if not is_retryable(error):
@@ -181,7 +191,7 @@ def run_runner(
     """Runs `num_envs` environments against the server at `address`; returns the stats.
 
     `options` are `RemoteRunner`'s (seed, runner_id, run_id, auth_token, max_backoff_s,
-    timeout_s, tls); `run_id` defaults to a fresh uuid per call (one process start). See
+    timeout_s, tls, groups); `run_id` defaults to a fresh uuid per call (one process start). See
     `RemoteRunner.run` for when it blocks, retries and raises. With `logdir`, the
     runner's rates (`runner_rates`: env steps/s, its round trip p50/p99, env and
     inference time shares) go to `<logdir>/<runner_id>.csv` every `log_every_s`.
@@ -207,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", required=True, help="environment id, e.g. fake:obs=4")
     parser.add_argument("--num-envs", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--groups", type=int, default=1,
+                        help="groups of environments stepped alternately: 2 steps one group "
+                             "while the other's actions are in flight (default: lockstep)")
     parser.add_argument("--runner-id", default=None)
     parser.add_argument("--run-id", default=None, help="default: a fresh uuid")
     parser.add_argument("--max-steps", type=int, default=None, help="round trips in total")
@@ -244,9 +257,9 @@ def main(argv: list[str] | None = None) -> int:
             args.address, args.env, args.num_envs, seed=args.seed, runner_id=args.runner_id,
             run_id=args.run_id, stop_event=stop_event, max_steps=args.max_steps,
             auth_token=token, tls=tls, max_backoff_s=args.max_backoff_s,
-            timeout_s=args.timeout_s, logdir=args.logdir,
+            timeout_s=args.timeout_s, logdir=args.logdir, groups=args.groups,
         )
-    except InferenceRejectedError as error:
+    except (InferenceRejectedError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     logger.info("Runner done: %s", stats)

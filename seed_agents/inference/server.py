@@ -158,13 +158,17 @@ class InferenceServer:
         self._episode_length = np.zeros(n, np.int64)
         self._lock = threading.Lock()
         self._clients: dict[str, _Client] = {}
+        # run_id -> its connected clients. A batch waits for runs, not clients: a runner
+        # stepping its environments in groups connects one client per group under one
+        # run_id, and while one group steps only the other can be waiting.
+        self._runs: dict[str, int] = {}
         self._free_slots = list(range(n - 1, -1, -1))
         self._needs_reset = np.zeros(n, bool)
         self._batcher = DynamicBatcher(
             self._process,
             max_batch_size=config.max_batch_size,
             max_wait_s=config.max_wait_ms / 1000.0,
-            expected_requests=lambda: len(self._clients),
+            expected_requests=lambda: len(self._runs),
             name="inference-batcher",
             active_window_s=config.active_window_ms / 1000.0,
         )
@@ -177,7 +181,9 @@ class InferenceServer:
         A client that connects again under the same `client_id` with a new `run_id` (a
         restarted process) gets fresh slots: its old environments' state and partial
         unrolls are dropped, never written. Without `run_id` the server makes one; an
-        empty one is refused (a `disconnect` naming it could never match).
+        empty one is refused (a `disconnect` naming it could never match). Clients that
+        share a `run_id` are one runner's groups of environments (`EnvRunner`'s `groups`):
+        a batch waits for every run to have a request in, not for every client.
         """
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
@@ -195,6 +201,7 @@ class InferenceServer:
             slots = np.array([self._free_slots.pop() for _ in range(num_envs)], np.int64)
             self._needs_reset[slots] = True
             self._clients[client_id] = _Client(client_id, slots, run_id)
+            self._runs[run_id] = self._runs.get(run_id, 0) + 1
         return slots
 
     def disconnect(self, client_id: str, run_id: str | None = None) -> None:
@@ -211,6 +218,9 @@ class InferenceServer:
     def _release_locked(self, client_id: str) -> None:
         client = self._clients.pop(client_id)
         self._free_slots.extend(client.slots.tolist())
+        left = self._runs.pop(client.run_id) - 1
+        if left:
+            self._runs[client.run_id] = left
 
     @property
     def num_clients(self) -> int:
@@ -230,7 +240,12 @@ class InferenceServer:
         the environment spec or the client's number of environments.
         """
         client = self._checked_client(client_id, batch)
-        return self._batcher.submit((client, batch), size=len(client.slots), caller=client)
+        return self._batcher.submit((client, batch), size=len(client.slots), caller=client.run_id)
+
+    def channel(self, client_id: str) -> ServerChannel:
+        """An `InferenceChannel` for a connected client (a runner's group in this process):
+        `send` queues its batch without blocking, `receive` waits for the actions."""
+        return ServerChannel(self, client_id)
 
     def submit(self, client_id: str, batch: StepBatch, callback: Callback,
                validated: bool = False) -> None:
@@ -239,7 +254,8 @@ class InferenceServer:
         `validated` skips the checks of `batch` against the spec that the caller already
         made (the wire decoder makes them all)."""
         client = self._checked_client(client_id, batch, validated)
-        self._batcher.submit_nowait((client, batch), len(client.slots), callback, client)
+        self._batcher.submit_nowait((client, batch), len(client.slots), callback,
+                                   client.run_id)
 
     def _checked_client(self, client_id: str, batch: StepBatch,
                         validated: bool = False) -> _Client:
@@ -395,3 +411,34 @@ class InferenceServer:
     @property
     def batcher(self) -> DynamicBatcher:
         return self._batcher
+
+
+class ServerChannel:
+    """One client's `InferenceChannel` to an `InferenceServer` in the same process.
+
+    `send` hands the batch to the batcher by reference (`submit`: the runner leaves it
+    untouched until `receive` returns); the batcher's callback wakes `receive`.
+    """
+
+    def __init__(self, server: InferenceServer, client_id: str):
+        self._server = server
+        self._client_id = client_id
+        self._answered = threading.Event()
+        self._actions: np.ndarray | None = None
+        self._error: BaseException | None = None
+
+    def _callback(self, actions: Any, error: BaseException | None) -> None:
+        self._actions, self._error = actions, error
+        self._answered.set()
+
+    def send(self, batch: StepBatch) -> None:
+        self._answered.clear()
+        self._server.submit(self._client_id, batch, self._callback)
+
+    def receive(self) -> np.ndarray:
+        self._answered.wait()
+        actions, error = self._actions, self._error
+        self._actions = self._error = None
+        if error is not None:
+            raise error
+        return actions
