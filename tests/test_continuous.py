@@ -142,7 +142,7 @@ def test_agents_refuse_environments_they_cannot_act_in(capsys):
     odd = specs.BoundedArray((1,), np.float64, 0.0, 5.0)
     actions = Experiment(D4PGBuilder(SMALL_D4PG), lambda seed: _Env(odd)).environment_spec().actions
     assert actions.dtype == np.float32 and actions.shape == (1,)
-    assert float(actions.minimum[0]) == -1.0 and float(actions.maximum[0]) == 1.0
+    assert np.all(actions.minimum == -1.0) and np.all(actions.maximum == 1.0)
     # ... while actions with no bounds to rescale from stay refused, naming the spec.
     unbounded = specs.Array((1,), np.float32)
     with pytest.raises(ValueError, match="neither a DiscreteArray nor a BoundedArray"):

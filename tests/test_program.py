@@ -48,9 +48,9 @@ def test_the_inprocess_backend_runs_the_programs_nodes_as_threads(tmp_path):
             threads = {t.name: t for t in threading.enumerate()}
             seen |= set(names) & set(threads)
             # A runner thread steps through the inference server itself: its own stack
-            # holds `InferenceServer.step` (no transport between them).
+            # holds the server's channel waiting for its batch (no transport between them).
             if "runner-0" in threads:
-                direct |= any(path.endswith("inference/server.py") and name == "step"
+                direct |= any(path.endswith("inference/server.py") and name == "receive"
                               for path, name in _stack_functions(threads["runner-0"]))
             time.sleep(0.01)
     finally:
