@@ -32,9 +32,10 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return run([sys.executable, "-m", "launch.commands.cli", *args], ROOT)
 
 
-def check_example(tmp_path: Path, script: str, backend: str, everything: bool) -> None:
+def check_example(tmp_path: Path, script: str, backend: str, everything: bool) -> list[str]:
     """Trains `script` briefly on `backend` from its own directory's parent, then evaluates
-    the run by import path; with `everything`, also export, record, plot and a resume."""
+    the run by import path; with `everything`, also export, record, plot and a resume.
+    Returns the commands that worked, in order, for the caller to check it got them all."""
     agent, importable = EXAMPLES[script]
     logdir = tmp_path / "run"
     train = [sys.executable, str(ROOT / "examples" / script), "--backend", backend,
@@ -48,7 +49,7 @@ def check_example(tmp_path: Path, script: str, backend: str, everything: bool) -
     assert evaluation.returncode == 0, evaluation.stderr[-3000:]
     assert json.loads((tmp_path / "eval.json").read_text())["episodes"] == 2
     if not everything:
-        return
+        return ["train", "eval"]
     unnamed = cli("eval", "--logdir", str(logdir))  # the command says how to name it
     assert unnamed.returncode == 2 and "--agent package.module:Builder" in unnamed.stderr
     exported = cli("export", "--agent", agent, "--logdir", str(logdir),
@@ -66,3 +67,4 @@ def check_example(tmp_path: Path, script: str, backend: str, everything: bool) -
     assert "resumed from" in resumed.stdout + resumed.stderr
     env_steps = resumed.stdout.split("env steps:")[1].split()[0]
     assert int(env_steps.replace(",", "")) >= 3000
+    return ["train", "eval", "export", "record", "plot", "resume"]

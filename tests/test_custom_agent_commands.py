@@ -16,4 +16,7 @@ from tests.example_runs import check_example
 
 @pytest.mark.parametrize("backend", ["inprocess", "local_mp"])
 def test_the_reinforce_example_is_used_from_the_command_line(tmp_path, backend):
-    check_example(tmp_path, "custom_agent.py", backend, everything=backend == "local_mp")
+    everything = backend == "local_mp"
+    done = check_example(tmp_path, "custom_agent.py", backend, everything)
+    assert done == (["train", "eval", "export", "record", "plot", "resume"] if everything
+                    else ["train", "eval"])

@@ -14,7 +14,9 @@ from tests.example_runs import check_example, cli
 
 @pytest.mark.parametrize("backend", ["inprocess", "local_mp"])
 def test_the_dqn_example_is_used_from_the_command_line(tmp_path, backend):
-    check_example(tmp_path, "dqn.py", backend, everything=backend == "local_mp")
+    everything = backend == "local_mp"
+    done = check_example(tmp_path, "dqn.py", backend, everything)
+    assert done[-1] == ("resume" if everything else "eval")
 
 
 def test_a_last_save_the_stop_cuts_short_is_reported_with_the_newest_checkpoint(tmp_path):
