@@ -282,28 +282,41 @@ class TensorBoardLogger(Logger):
     up by progress, not by how often they were logged; a row without it takes the last
     step plus one. Other values (strings, NaN) are skipped.
 
-    `every_s` drops rows that arrive sooner than that after the last written one: a
-    learner logs every step, and a scalar costs TensorFlow ~0.1 ms, too much per step.
-    TensorFlow is imported here, not at module level, so processes that never write
-    TensorBoard (environment runners) never load it. Events are flushed every few
-    seconds and on `close`.
+    The events are built as protocol buffers and written by TensorBoard's own event
+    file writer, not by `tf.summary`: each `tf.summary.scalar` runs a TensorFlow op that
+    leaves ~80 bytes of native memory behind (TF 2.14, measured: 1.3 KB per row of 16
+    scalars, ~5 MiB an hour for a learner's row a second) and costs ~0.1 ms. The records
+    are the ones `tf.summary.scalar` writes (a float32 tensor with the scalars plugin's
+    metadata), and URLs (`gs://`) work, as TensorBoard writes through TensorFlow's file
+    system when TensorFlow is installed. `every_s` drops rows that arrive sooner than that
+    after the last written one (a learner logs every step). Events are flushed every
+    `flush_every_s` seconds and on `close`.
     """
 
     def __init__(self, directory: str | os.PathLike[str], label: str,
                  step_key: str = "env_steps", every_s: float = 0.0,
                  flush_every_s: float = 5.0) -> None:
-        import tensorflow as tf
+        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-        self._tf = tf
+        self._event_pb2, self._summary_pb2 = event_pb2, summary_pb2
+        self._tensor_pb2, self._float = tensor_pb2, types_pb2.DT_FLOAT
+        self._scalar_metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
         self.path = os.path.join(os.fspath(directory), "tb", label)
-        self._writer = tf.summary.create_file_writer(
-            self.path, flush_millis=int(flush_every_s * 1000))
+        self._writer = EventFileWriter(self.path, flush_secs=flush_every_s)
         self._step_key = step_key
         self._every_s = every_s
         self._last_write: float | None = None
         self._step = -1
         self._lock = threading.Lock()
         self._closed = False
+
+    def _value(self, tag: str, value: float) -> Any:
+        tensor = self._tensor_pb2.TensorProto(dtype=self._float, float_val=[value])
+        tensor.tensor_shape.SetInParent()  # a scalar: a shape with no dimensions
+        return self._summary_pb2.Summary.Value(tag=tag, tensor=tensor,
+                                               metadata=self._scalar_metadata)
 
     def write(self, data: Mapping[str, Any]) -> None:
         now = time.monotonic()
@@ -317,12 +330,15 @@ class TensorBoardLogger(Logger):
                 self._step = int(step)
             else:
                 self._step += 1
-            with self._writer.as_default(step=self._step):
-                for key, value in data.items():
-                    value = _to_python(value)
-                    if (isinstance(value, int | float) and not isinstance(value, bool)
-                            and math.isfinite(value)):
-                        self._tf.summary.scalar(key, value)
+            values = []
+            for key, value in data.items():
+                value = _to_python(value)
+                if (isinstance(value, int | float) and not isinstance(value, bool)
+                        and math.isfinite(value)):
+                    values.append(self._value(key, float(value)))
+            self._writer.add_event(self._event_pb2.Event(
+                wall_time=time.time(), step=self._step,
+                summary=self._summary_pb2.Summary(value=values)))
 
     def close(self) -> None:
         with self._lock:
