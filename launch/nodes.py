@@ -291,7 +291,7 @@ def learner_node(context: NodeContext, experiment: Experiment, restart: int = 0,
     items = replay_items(client) if experiment.resume else 0
     learner_logger = make_learner_logger(context.logdir, experiment.resume or restart > 0)
     learner = builder.make_learner(networks, replay.address, counter, learner_logger)
-    inference = service = recorder = None
+    inference = service = recorder = adder = None
     state: dict[str, Any] = {"episodes": stats, "clock": clock}
     if experiment.inference == "central":
         adder = builder.make_adder(client, experiment.num_envs, spec, policy,
@@ -349,6 +349,12 @@ def learner_node(context: NodeContext, experiment: Experiment, restart: int = 0,
                     "control", f"{context.bind_host}:0"))
                 context.publish("control", control.start())
             run_learner(learner, context.stop_event, checkpointer)
+    except BaseException as error:
+        # Said before the services stop (seconds, which a stop's bound may cut short):
+        # the traceback comes after them.
+        print(f"learner: stopped by {type(error).__name__}: {error}; no last checkpoint",
+              file=context.out, flush=True)
+        raise
     finally:
         try:
             if rates is not None:
@@ -358,6 +364,10 @@ def learner_node(context: NodeContext, experiment: Experiment, restart: int = 0,
                 service.stop()
             if inference is not None:
                 inference.close()
+            if adder is not None and hasattr(adder, "close"):
+                adder.close()  # its writer's stream, while the replay is still up
+            if hasattr(learner, "close"):  # a learner need not derive from core.Learner
+                learner.close()
             if recorder is not None:
                 recorder.close()  # after the server: no episode ends meanwhile
             if control is not None:

@@ -129,6 +129,10 @@ class Learner(VariableSource, Worker, Saveable):
     def step(self) -> dict[str, float]:
         """Performs one update and returns its metrics."""
 
+    def close(self) -> None:
+        """Releases what the learner holds open on the replay (its dataset's streams),
+        once it has stopped and while the replay is still up. Default: nothing."""
+
     def run(self, num_steps: int | None = None, stop_event: threading.Event | None = None) -> None:
         stop_event = stop_event or threading.Event()
         done = 0

@@ -240,3 +240,9 @@ class RecordingAdder:
         if self._adder is not None:
             self._adder.reset(slots)
         self.recorder.reset(slots)
+
+    def close(self) -> None:
+        """Closes the replay adder's writer; the recorder is closed by its owner."""
+        close = getattr(self._adder, "close", None)
+        if close is not None:
+            close()

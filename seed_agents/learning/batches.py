@@ -23,8 +23,16 @@ class Batches:
         self._iterator = iter(dataset)
 
     def next(self) -> Any | None:
+        if self._iterator is None:
+            raise RuntimeError("Batches.next after close.")
         try:
             return next(self._iterator)
         except _TIMEOUTS:
             self._iterator = iter(self._dataset)
             return None
+
+    def close(self) -> None:
+        """Drops the iterator now, closing its Reverb streams while the server is up: an
+        iterator left to the garbage collector after its server stopped blocks the
+        collection for seconds in its destructor (measured: 12-30 s)."""
+        self._iterator = None

@@ -62,6 +62,9 @@ class BatchLearner(core.Learner):
     def num_steps(self) -> int:
         return int(self._num_steps.numpy())
 
+    def close(self) -> None:
+        self._batches.close()
+
     def step(self) -> dict[str, float]:
         sample = self._batches.next()
         if sample is None:

@@ -100,6 +100,7 @@ class NStepTransitionAdder:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}.")
         self._write = sink.write if isinstance(sink, unrolls.UnrollWriter) else sink
         self.flush = getattr(sink, "flush", unrolls.nothing_to_flush)
+        self.close = getattr(sink, "close", unrolls.nothing_to_flush)
         self._n = n_step
         self._gamma = np.float64(discount)
         row_spec = dict(row_spec)

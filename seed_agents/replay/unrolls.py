@@ -149,7 +149,8 @@ class UnrollWriter:
 
 
 def nothing_to_flush() -> None:
-    """The `flush` of an adder whose sink writes at once (a plain callable)."""
+    """The `flush` (and `close`) of an adder whose sink writes at once (a plain
+    callable)."""
 
 
 class UnrollAdder:
@@ -162,7 +163,7 @@ class UnrollAdder:
     default period T overlaps one row (V-trace's bootstrap row); R2D2 overlaps half its
     sequences. `reset(slots)` discards partial unrolls, e.g. of a runner that
     disconnected: they are never written. `flush()` blocks until the sink's written
-    unrolls are confirmed.
+    unrolls are confirmed; `close()` ends the sink's stream (before its server stops).
     """
 
     def __init__(
@@ -183,6 +184,7 @@ class UnrollAdder:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}.")
         self._write = sink.write if isinstance(sink, UnrollWriter) else sink
         self.flush = getattr(sink, "flush", nothing_to_flush)
+        self.close = getattr(sink, "close", nothing_to_flush)
         self._length = unroll_length + 1
         self._period = period
         self._overlap = self._length - period

@@ -158,6 +158,9 @@ class R2D2Learner(core.Learner):
         metrics["mean_priority"] = tf.reduce_mean(priorities)
         return priorities, metrics
 
+    def close(self) -> None:
+        self._batches.close()
+
     def step(self) -> dict[str, float]:
         sample = self._batches.next()
         if sample is None:  # No batch within the dataset's timeout: let the caller see

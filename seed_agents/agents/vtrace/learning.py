@@ -310,6 +310,9 @@ class VTraceLearner(core.Learner):
             self._entropy_cost.assign(entropy_cost)
         return {"learning_rate": learning_rate, "entropy_cost": entropy_cost, **reuse}
 
+    def close(self) -> None:
+        self._batches.close()
+
     def step(self) -> dict[str, float]:
         sample = self._batches.next()
         if sample is None:
