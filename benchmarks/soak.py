@@ -1,14 +1,17 @@
-"""An hour without drift: a local_mp V-trace run watched for leaks and slowdowns.
+"""An hour without drift: a local_mp run (V-trace or R2D2) watched for leaks and slowdowns.
 
-    python benchmarks/soak.py [--minutes 60] [--sample-s 30] [--kill-every-s 300]
+    python benchmarks/soak.py [--agent vtrace|r2d2] [--minutes 60] [--sample-s 30]
+                              [--kill-every-s 300]
 
-Runs V-trace on `--environment` (default CartPole, cheap to step) as local processes for
-`--minutes`, SIGKILLs a runner every `--kill-every-s` (alternating between them; the
-supervisor restarts it, as a preempted runner would come back), and every `--sample-s`
-reads from /proc the resident memory, open file descriptors and threads of the learner
-process (learner and central inference server) and of the replay process (the Reverb
-server), the env and learner steps from the run's train.csv, and the runners' own milliseconds per
-env step (their CSVs: the machine's speed, which the learner does not change).
+Runs `--agent` (V-trace, a FIFO queue; or R2D2, a prioritized table whose priorities the
+learner rewrites every step) on `--environment` (default CartPole, cheap to step) as
+local processes for `--minutes`, SIGKILLs a runner every `--kill-every-s` (alternating
+between them; the supervisor restarts it, as a preempted runner would come back), and
+every `--sample-s` reads from /proc the resident memory, open file descriptors and
+threads of the learner process (learner and central inference server) and of the replay
+process (the Reverb server), the env and learner steps from the run's train.csv, and the
+runners' own milliseconds per env step (their CSVs: the machine's speed, which the
+learner does not change).
 
 The last line is one JSON object with the slope per hour of each reading, fitted by
 least squares over the samples after `--warmup-s` (`learner_rss_mib_per_h`,
@@ -38,6 +41,25 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 WATCHED = {"learner": "learner", "server": "replay"}  # the JSON's name -> the node's
+
+
+def vtrace_builder() -> Any:
+    from builders.vtrace import VTraceBuilder
+    from seed_agents.agents.vtrace.config import VTraceConfig
+
+    return VTraceBuilder(VTraceConfig(unroll_length=20, batch_size=16, queue_size=64))
+
+
+def r2d2_builder() -> Any:
+    """R2D2's defaults: the table fills (5,000 sequences) within minutes, after which
+    every insert evicts and every learner step rewrites 32 priorities."""
+    from builders.r2d2 import R2D2Builder
+    from seed_agents.agents.r2d2.config import R2D2Config
+
+    return R2D2Builder(R2D2Config())
+
+
+AGENTS = {"vtrace": vtrace_builder, "r2d2": r2d2_builder}
 
 
 def proc_readings(pid: int) -> dict[str, float] | None:
@@ -120,6 +142,7 @@ def main() -> None:
                              "run, at least two samples)")
     parser.add_argument("--kill-every-s", type=float, default=300.0,
                         help="SIGKILL a runner this often (0: never)")
+    parser.add_argument("--agent", choices=sorted(AGENTS), default="vtrace")
     parser.add_argument("--environment", default="gym:CartPole-v1")
     parser.add_argument("--runners", type=int, default=2)
     parser.add_argument("--envs-per-runner", type=int, default=8)
@@ -131,15 +154,13 @@ def main() -> None:
     warmup_s = (args.warmup_s if args.warmup_s is not None
                 else max(args.minutes * 6, 2 * args.sample_s))
 
-    from builders.vtrace import VTraceBuilder
     from launch.backends.local_mp import run_local_mp
     from launch.experiment import Experiment
-    from seed_agents.agents.vtrace.config import VTraceConfig
     from seed_agents.utils.reference import machine_report
 
     logdir = Path(args.logdir or time.strftime("runs/soak-%Y%m%d-%H%M%S"))
     experiment = Experiment(
-        builder=VTraceBuilder(VTraceConfig(unroll_length=20, batch_size=16, queue_size=64)),
+        builder=AGENTS[args.agent](),
         environment=args.environment, num_runners=args.runners,
         envs_per_runner=args.envs_per_runner, max_env_steps=10**12,
         max_wall_s=args.minutes * 60, logdir=str(logdir), log_every_s=30.0,
@@ -232,6 +253,7 @@ def main() -> None:
             None if r is None else round(r, 2)
             for r in (rate(first, "learner_steps"), rate(last, "learner_steps"))],
         **figures,
+        "agent": args.agent,
         "minutes": args.minutes,
         "samples": len(samples),
         "steady_samples": len(steady),

@@ -50,8 +50,9 @@ def check_example(tmp_path: Path, script: str, backend: str, everything: bool) -
     assert json.loads((tmp_path / "eval.json").read_text())["episodes"] == 2
     if not everything:
         return ["train", "eval"]
-    unnamed = cli("eval", "--logdir", str(logdir))  # the command says how to name it
-    assert unnamed.returncode == 2 and "--agent package.module:Builder" in unnamed.stderr
+    if script == "dqn.py":  # the same refusal for any custom agent: checked once
+        unnamed = cli("eval", "--logdir", str(logdir))  # the command says how to name it
+        assert unnamed.returncode == 2 and "--agent package.module:Builder" in unnamed.stderr
     exported = cli("export", "--agent", agent, "--logdir", str(logdir),
                    "--out", str(tmp_path / "saved"))
     assert exported.returncode == 0, exported.stderr[-3000:]

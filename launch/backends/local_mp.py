@@ -61,6 +61,7 @@ _STOP_TIMEOUT_S = 10.0
 _KILL_TIMEOUT_S = 5.0
 _LAST_GROUP_S = 2.0  # of _STOP_TIMEOUT_S, kept for the last group to stop (the replay)
 _MAX_BACKOFF_S = 30.0
+_SLOW_STOP_S = 5.0  # a stop slower than this names each node's time in the console
 _ORPHAN_GRACE_S = 60.0  # a stopping learner may still save a checkpoint on a busy machine
 _STOP_ORDER = ("runner", "evaluator", "learner", "replay")
 
@@ -83,6 +84,9 @@ def _node_process(node: Node, addresses: dict[str, str], bind_host: str, run_dir
         signal.signal(sig, lambda *_: stop_event.set())
     threading.Thread(target=_stop_when_orphaned, args=(os.getppid(), stop_event),
                      daemon=True).start()
+    from seed_agents.utils.memory_profile import start_from_environment
+
+    start_from_environment(node.name, log)  # opt-in: SEED_AGENTS_MEMORY_PROFILE
     context = NodeContext(
         name=node.name,
         handles=make_handles(node, addresses),
@@ -327,21 +331,31 @@ class _Supervisor:
         on 2 cores beside two busy loops): the stop keeps its bound, and that process is
         past doing anything.
         """
-        deadline = time.monotonic() + _STOP_TIMEOUT_S
+        start = time.monotonic()
+        deadline = start + _STOP_TIMEOUT_S
         groups = [[self.processes[n.name] for n in self._program.group(group)
                    if n.name in self.processes] for group in _STOP_ORDER]
         groups = [members for members in groups if members]
+        exited_s: dict[str, float] = {}
         for i, members in enumerate(groups):
             for process in members:
                 if process.exitcode is None:
                     process.terminate()
             last = i == len(groups) - 1
             _join_all(members, deadline if last else deadline - _LAST_GROUP_S)
+            exited_s.update({p.name: time.monotonic() - start for p in members
+                             if p.exitcode is not None and p.name not in exited_s})
         _join_all(list(self.processes.values()), deadline)
         left = [p for p in self.processes.values() if p.exitcode is None]
         for process in left:
             process.kill()
         _join_all(left, time.monotonic() + _KILL_TIMEOUT_S)
+        if left or max(exited_s.values(), default=0.0) > _SLOW_STOP_S:
+            # Which node held the stop up, for the log of a run whose last save was cut.
+            print("[local_mp] slow stop (seconds from the first SIGTERM to each exit): "
+                  + ", ".join(f"{name} " + (f"{exited_s[name]:.1f}" if name in exited_s
+                                            else "killed") for name in self.processes),
+                  file=self._stream, flush=True)
 
 
 def _join_all(processes: list[multiprocessing.process.BaseProcess], deadline: float) -> None:
