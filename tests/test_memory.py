@@ -19,7 +19,7 @@ def test_a_setting_names_nodes_by_name_by_prefix_or_all():
 
 
 @pytest.mark.parametrize("setting", ["learner", "learner:0", "learner:soon", ":60", "a:1,b",
-                                     "learner:60:native"])
+                                     "learner:60:native", "learner:nan", "learner:inf"])
 def test_a_setting_that_does_not_read_is_refused_naming_the_form(setting):
     with pytest.raises(ValueError, match="node:seconds"):
         profile_setting("learner", setting)

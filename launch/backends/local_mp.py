@@ -379,6 +379,10 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
     experiment = _with_logdir(experiment, run_dir)
     experiment.check_checkpoints()
     require_central_inference(experiment)
+    # A malformed SEED_AGENTS_MEMORY_PROFILE is refused here, not by a node as it starts.
+    from seed_agents.utils.memory_profile import profile_setting
+
+    profile_setting("learner")
     experiment.environment_spec()  # an action spec the agent cannot use fails here, first
     storage.makedirs(run_dir)
     write_run_record(experiment)

@@ -12,8 +12,8 @@ each against its first report:
     (+0.2), free in heap 31.0 MiB (+5.9), mmapped 98.1 MiB (+0.0)
 
 Growth in use is memory something keeps (a leak, Python's or a library's); growth of the
-free bytes is the allocator holding memory that was freed (fragmentation), which
-`SEED_AGENTS_MALLOC_TRIM_S` returns (`seed_agents.utils.malloc`). `learner:600:python` also
+free bytes is the allocator holding memory that was freed (fragmentation, which
+`seed_agents.utils.malloc.malloc_trim` returns). `learner:600:python` also
 traces Python's allocations (`tracemalloc`) and lists the sites that grew most; tracing
 slows the node's Python several times over, so it is for finding a cause.
 """
@@ -21,6 +21,7 @@ slows the node's Python several times over, so it is for finding a cause.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
 import time
@@ -52,7 +53,7 @@ def profile_setting(node: str, setting: str | None = None) -> ProfileSetting | N
             period = float(seconds)
         except ValueError:
             period = -1.0
-        if not name or period <= 0 or mode not in ([], ["python"]):
+        if not name or not math.isfinite(period) or period <= 0 or mode not in ([], ["python"]):
             raise ValueError(f"{ENVIRONMENT_VARIABLE}={setting!r}: each entry must be "
                              "node:seconds or node:seconds:python with seconds > 0, e.g. "
                              f"learner:600; got {part!r}.")
