@@ -44,6 +44,7 @@ from typing import Any
 from seed_agents.utils import storage
 from seed_agents.utils.class_paths import same_class_path
 from seed_agents.utils.counting import Counter
+from seed_agents.utils.malloc import malloc_trim
 
 _COUNTS = "counts"  # the checkpoint name of the run's metadata; learners cannot use it
 
@@ -294,6 +295,17 @@ def identity_mismatches(expected: Mapping[str, Any], found: Mapping[str, Any]) -
             for key in sorted(expected) if key in found and differ(key)]
 
 
+def _return_freed_memory() -> None:
+    """Gives the pages a checkpoint's serialization freed back to the system.
+
+    A save builds its tensors' (or a Reverb table's) serialized copies in buffers freed
+    right after, and glibc keeps freed pages in the arena of the thread that allocated
+    them: a Reverb server of the R2D2 soak grew 10-11 MiB at each 5-minute checkpoint and
+    gave back only part of it, ~10 MiB over an hour. A trim costs milliseconds a save.
+    """
+    malloc_trim()
+
+
 class Checkpointer:
     """Saves a learner's trackable objects and a run's metadata as one TF checkpoint.
 
@@ -367,6 +379,7 @@ class Checkpointer:
         }
         self._counts.assign(json.dumps(metadata))
         path = self._manager.save()
+        _return_freed_memory()
         self._last_save = time.monotonic()
         if final:
             storage.write_text(os.path.join(self.directory, FINAL_RECORD), json.dumps(
@@ -466,6 +479,7 @@ class ReplayCheckpointer:
         """Checkpoints the server now; returns the checkpoint's directory."""
         with self._lock:
             path = self._client.checkpoint()
+            _return_freed_memory()
             items = {name: int(info.current_size)
                      for name, info in self._client.server_info().items()}
             if self._copy_to is not None:
