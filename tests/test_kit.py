@@ -74,20 +74,22 @@ def test_an_epsilon_outside_zero_one_or_continuous_actions_are_refused():
 
 @pytest.mark.parametrize("restored_steps, greedy", [(0, False), (10_000, True)])
 def test_the_inference_server_hands_the_policy_the_run_counts(restored_steps, greedy):
-    # A resumed run's counter comes back with its env steps: the schedule continues.
+    # A resumed run's counter comes back with its env steps, restored (as the learner node
+    # does) after the server was built: the schedule continues from the first batch on.
     counter = Counter()
-    counter.increment(env_steps=restored_steps)
     policy = EpsilonGreedyPolicy(q_network, SPEC, LinearSchedule(1.0, 0.0, 1000), seed=1)
     server = InferenceServer(policy, SPEC, None, InferenceConfig(max_envs=64),
                              counter=counter)
+    counter.increment(env_steps=restored_steps)
     try:
         server.connect("direct", 64)
-        server.step("direct", batch(np.zeros(128), [FIRST] * 64))
+        first = server.step("direct", batch(np.zeros(128), [FIRST] * 64))
         actions = np.concatenate([server.step("direct", batch(np.zeros(128), [MID] * 64))
                                   for _ in range(4)])
     finally:
         server.close()
     assert counter.get_counts()["env_steps"] == restored_steps + 4 * 64
+    assert (np.mean(first == GREEDY) == 1.0) == greedy
     assert (np.mean(actions == GREEDY) == 1.0) == greedy
     assert policy.epsilon == (0.0 if greedy else pytest.approx(1.0 - 4 * 64 / 1000))
 

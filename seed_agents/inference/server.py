@@ -136,6 +136,10 @@ class InferenceServer:
         self._policy = policy
         # Optional on a policy that is not a `core.Policy` (duck-typed ones work too).
         self._observe_counts = getattr(policy, "observe_counts", None)
+        # The policy sees the counts before the first batch too: a resumed run's learner
+        # restores the counter after building this server, and a schedule of the run's
+        # env steps must act on the first batch from there, not from 0.
+        self._counts_unseen = self._observe_counts is not None
         self._spec = env_spec
         self._adder = adder
         self._config = config = config or InferenceConfig()
@@ -320,6 +324,9 @@ class InferenceServer:
             for s, init in zip(tree.flatten(state_in), tree.flatten(self._initial_state),
                                strict=True):
                 s[first] = init[0]
+        if self._counts_unseen:
+            self._counts_unseen = False
+            self._observe_counts(self._counter.get_counts())
         action, extras, state_out = self._policy.step(obs, prev_action, state_in, slots)
         action = np.asarray(action, self._prev_action.dtype)
         for s, new in zip(tree.flatten(self._state), tree.flatten(state_out), strict=True):
