@@ -5,7 +5,9 @@ and V-trace training, all in one run on the same cores.
 
 Phases, one after the other, each counted over `--duration` seconds after a warm-up:
   * env_limit: one process per core stepping `atari:Pong` (standard preprocessing) with
-    random actions, summed: what the machine can step with nothing else to do;
+    random actions, summed: what the machine can step with nothing else to do.
+    Measured again after the acting phases; the faster of the two is the limit (an
+    understated limit would overstate `acting_vs_ideal`);
   * acting: runner processes x K environments streaming over gRPC to the central
     inference server (Nature CNN V-trace policy, no replay), for each `--layouts` entry
     (`2x32g2`: 2 runners of 32 environments stepped in 2 alternating groups, one group
@@ -91,7 +93,7 @@ def main() -> None:
     parser.add_argument("--training-startup", type=float, default=600.0,
                         help="most seconds the training run may take to its first learner "
                              "step; the window starts from that step, however soon")
-    parser.add_argument("--layouts", default="2x32,2x32g2,4x16,4x16g2,2x64,2x64g2",
+    parser.add_argument("--layouts", default="2x64,2x64g2,2x128,2x128g2",
                         help="runners x envs per runner (gG: in G groups) to try for acting")
     parser.add_argument("--delay-ms", type=float, default=0.5,
                         help="the delayed phase: the chosen layout's acting again, each "
@@ -157,6 +159,13 @@ def _run_phases(args: argparse.Namespace, config, policy, spec) -> dict[str, Any
                 args.address, groups)
             _show(f"acting {name}", result)
         out["layout"] = max(out["acting"], key=lambda n: out["acting"][n]["steps_per_s"])
+        if "env" in phases:
+            # Again after acting: this machine's env rate moved 30-40% between runs
+            # (other tenants), and an understated limit overstates acting_vs_ideal.
+            # The report counts the faster of the two.
+            out["env_again"] = measure_env_limit(args.env_processes, args.warmup,
+                                                 args.duration)
+            _show(f"env_limit again ({args.env_processes} processes)", out["env_again"])
     else:
         out["layout"] = _layout_name(*layouts[0])
     runners, k, groups = _layouts(out["layout"])[0]
@@ -192,7 +201,9 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
 
     layout = results["layout"]
     runners, k, groups = _layouts(layout)[0]
-    env_limit = results["env"]["steps_per_s"]
+    env_runs = [results["env"], *([results["env_again"]] if "env_again" in results else [])]
+    env_best = max(env_runs, key=lambda r: r["steps_per_s"])  # the conservative ideal
+    env_limit = env_best["steps_per_s"]
     inference_limit = results["inference"]["obs_per_s"]
     ideal = _combined(env_limit, inference_limit)
     acting_figures = results["acting"].get(layout, {})
@@ -204,7 +215,7 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
     learner_limit = results["learner"]["steps_per_s"]
     training_ideal = _combined(env_limit, inference_limit, learner_limit)
     cpu = {
-        "env": results["env"].get("cpu_ms_per_step", float("nan")),
+        "env": env_best.get("cpu_ms_per_step", float("nan")),
         "inference": results["inference"].get("cpu_ms_per_obs", float("nan")),
         "acting_runners": acting_figures.get("runner_cpu_ms_per_step", float("nan")),
         "acting_server": acting_figures.get("server_cpu_ms_per_step", float("nan")),
@@ -218,6 +229,7 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
         "acting_vs_ideal": _round(acting / ideal, 3),
         "central_vs_impala": _round(acting / impala_style, 2),
         "env_limit": _round(env_limit),
+        "env_limit_runs": [_round(r["steps_per_s"]) for r in env_runs],  # before, after acting
         "inference_limit": _round(inference_limit),
         "ideal": _round(ideal),
         "acting": _round(acting),
