@@ -41,6 +41,23 @@ def _stops_what_it_starts():
         _threads_after_collect = psutil.Process().num_threads()
 
 
+# The files that take longest, longest first (durations on 2 cores): `.ci/run` hands files
+# to its workers in collection order (`--no-loadscope-reorder`; xdist would otherwise order
+# them by their number of tests), so the long ones start at once instead of last, where one
+# of them would be the whole suite's tail. The rest keep their alphabetical order.
+_LONGEST_FILES = ("test_ray_backend.py", "test_local_mp.py", "test_dqn_example.py",
+                  "test_continuous.py", "test_r2d2.py", "test_launch.py",
+                  "test_custom_agent_commands.py", "test_after_training.py")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        name = item.path.name
+        return _LONGEST_FILES.index(name) if name in _LONGEST_FILES else len(_LONGEST_FILES)
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
+
+
 # Each xdist worker's (start, end) thread counts, gathered by the controlling process.
 _WORKER_THREADS: dict[str, tuple[int, int]] = {}
 
