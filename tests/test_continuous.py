@@ -310,7 +310,8 @@ def test_sac_trains_as_local_processes_from_the_command_line(tmp_path):
                                   "batch_size=16", "min_replay_size=64",
                                   "samples_per_insert=4", "replay_size=10000"))],
         capture_output=True, text=True, env=env, cwd=root, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+    # stdout too: a slow stop names each node's exit time there
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "train env_steps=" in out.stderr + out.stdout  # progress shown
     learner_steps = int(out.stdout.split("learner steps:")[1].split()[0].replace(",", ""))
     assert learner_steps > 0
