@@ -183,6 +183,47 @@ def test_dataset_batches_unrolls_and_ends_on_timeout(server):
     assert data[u.START_STATE][0].shape == (2, 1)
 
 
+def test_batches_start_anew_after_a_timeout_and_destroy_the_spent_iterator_elsewhere(
+        server):
+    """A timed-out iterator's destructor waits for its sample requests (seconds on busy
+    cores): it runs on another thread, not in the learner's `next()`, whose stop it
+    delayed."""
+    import weakref
+
+    from seed_agents.learning.batches import Batches
+
+    client = server.localhost_client()
+    writer = UnrollWriter(client, "q")
+    adder = UnrollAdder(writer, 2, T, row_spec(SPEC, EXTRAS), STATE)
+    rows = {}
+
+    def add_one_unroll_per_slot():
+        for step in range(T):
+            adder.add(np.arange(2), _rows(np.full(2, step)), (np.zeros((2, 1), np.float32),))
+        writer.flush()
+
+    add_one_unroll_per_slot()
+    add_one_unroll_per_slot()  # the first T rows close no unroll (it needs T + 1)
+    batches = Batches(make_dataset(f"localhost:{server.port}", "q", batch_size=2,
+                                   rate_limiter_timeout_ms=50))
+    assert batches.next() is not None
+    destroyed = threading.Event()
+
+    def record_thread():
+        rows["thread"] = threading.current_thread().name
+        destroyed.set()
+
+    weakref.finalize(batches._iterator, record_thread)
+    assert batches.next() is None  # the queue is empty: the sample timed out
+    assert destroyed.wait(60)
+    assert rows["thread"] != threading.current_thread().name
+    add_one_unroll_per_slot()
+    assert batches.next() is not None  # a fresh iterator reads what came after
+    batches.close()
+    with pytest.raises(RuntimeError, match="after close"):
+        batches.next()
+
+
 def test_table_factories_validate():
     with pytest.raises(ValueError, match="max_size"):
         queue_table("q", 0)

@@ -8,6 +8,7 @@ report "no batch this time".
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import tensorflow as tf
@@ -21,6 +22,7 @@ class Batches:
     def __init__(self, dataset: tf.data.Dataset):
         self._dataset = dataset
         self._iterator = iter(dataset)
+        self._retiring: list[threading.Thread] = []
 
     def next(self) -> Any | None:
         if self._iterator is None:
@@ -28,11 +30,34 @@ class Batches:
         try:
             return next(self._iterator)
         except _TIMEOUTS:
-            self._iterator = iter(self._dataset)
-            return None
+            pass
+        # Outside the `except`: its traceback (frames that hold the spent iterator) is
+        # gone here, so the list handed to the thread holds the last reference.
+        spent = [self._iterator]
+        self._iterator = iter(self._dataset)
+        self._retire(spent)
+        return None
+
+    def _retire(self, spent: list[Any]) -> None:
+        """Destroys the spent iterator in `spent` (its only reference) on a thread.
+
+        A Reverb dataset iterator's destructor waits for its workers' sample requests
+        (0.26 s on a quiet machine, 2.4 s measured on two busy cores); on the learner's
+        thread that wait delayed its stop past the bounds of `local_mp`'s stop once, and
+        the run lost its final checkpoint. The destructor releases the GIL, so the
+        learner steps on meanwhile.
+        """
+        self._retiring = [thread for thread in self._retiring if thread.is_alive()]
+        thread = threading.Thread(target=spent.clear, name="spent-iterator", daemon=True)
+        thread.start()
+        self._retiring.append(thread)
 
     def close(self) -> None:
-        """Drops the iterator now, closing its Reverb streams while the server is up: an
-        iterator left to the garbage collector after its server stopped blocks the
-        collection for seconds in its destructor (measured: 12-30 s)."""
+        """Drops the iterator now, and waits for spent ones to be destroyed, closing their
+        Reverb streams while the server is up: an iterator left to the garbage collector
+        after its server stopped blocks the collection for seconds in its destructor
+        (measured: 12-30 s)."""
         self._iterator = None
+        for thread in self._retiring:
+            thread.join()
+        self._retiring = []
