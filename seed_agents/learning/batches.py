@@ -9,10 +9,12 @@ report "no batch this time".
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import tensorflow as tf
 
+_RETIRE_WAIT_S = 2.0
 _TIMEOUTS = (StopIteration, tf.errors.OutOfRangeError, tf.errors.DeadlineExceededError)
 
 
@@ -53,11 +55,15 @@ class Batches:
         self._retiring.append(thread)
 
     def close(self) -> None:
-        """Drops the iterator now, and waits for spent ones to be destroyed, closing their
-        Reverb streams while the server is up: an iterator left to the garbage collector
-        after its server stopped blocks the collection for seconds in its destructor
-        (measured: 12-30 s)."""
+        """Drops the iterator now, and waits up to `_RETIRE_WAIT_S` in all for spent ones
+        to be destroyed, closing their Reverb streams while the server is up: an iterator
+        left to the garbage collector after its server stopped blocks the collection for
+        seconds in its destructor (measured: 12-30 s). The wait is bounded because a
+        stopping node's time is bounded (a `local_mp` learner was killed after its
+        last save, possibly waiting here); a destructor still running finishes on its
+        daemon thread."""
         self._iterator = None
+        deadline = time.monotonic() + _RETIRE_WAIT_S
         for thread in self._retiring:
-            thread.join()
+            thread.join(max(deadline - time.monotonic(), 0.0))
         self._retiring = []
