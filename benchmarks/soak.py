@@ -15,9 +15,12 @@ learner does not change).
 
 The last line is one JSON object with the slope per hour of each reading, fitted by
 least squares over the samples after `--warmup-s` (`learner_rss_mib_per_h`,
-`server_rss_mib_per_h` for the Reverb server's process, `learner_threads_per_h`,
-`learner_fds_per_h`, ...), and `ratio`: env steps/s over the last third of the run
-after warm-up (`value`) against the first third (`baseline`), with
+`server_rss_mib_per_h` for the Reverb server's process, `learner_anon_mib_per_h` and
+`learner_file_mib_per_h` for its anonymous and file-backed parts, `learner_threads_per_h`,
+`learner_fds_per_h`, ...), the mappings whose resident memory changed most between the
+first steady sample and the last (`learner_rss_mib_change_by_mapping`), and `ratio`: env
+steps/s over the last third of the run after warm-up (`value`) against the first third
+(`baseline`), with
 `ratio_at_equal_env_cost`: the same corrected by the runners' env-stepping cost in those
 thirds, for a host whose speed drifts. Measures, never asserts.
 """
@@ -63,15 +66,53 @@ AGENTS = {"vtrace": vtrace_builder, "r2d2": r2d2_builder}
 
 
 def proc_readings(pid: int) -> dict[str, float] | None:
-    """RSS (MiB), threads and open file descriptors of `pid`; None once it is gone."""
+    """RSS (MiB), threads and open file descriptors of `pid`; None once it is gone.
+
+    The RSS is also split into anonymous pages (the heaps: what a leak grows) and
+    file-backed ones (shared libraries' code and data, paged in as code paths first run:
+    bounded by the libraries' size, and the kernel may drop them)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
         fds = len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return None
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return {"rss_mib": int(fields["VmRSS"].split()[0]) / 1024,
-            "threads": int(fields["Threads"]), "fds": fds}
+    readings = {"rss_mib": int(fields["VmRSS"].split()[0]) / 1024,
+                "threads": int(fields["Threads"]), "fds": fds}
+    for field, name in (("RssAnon", "anon_mib"), ("RssFile", "file_mib")):
+        if field in fields:  # Linux >= 4.5
+            readings[name] = int(fields[field].split()[0]) / 1024
+    return readings
+
+
+def rss_by_mapping(pid: int) -> dict[str, float]:
+    """`pid`'s resident MiB per kind of mapping (/proc's smaps): each file by its name,
+    `[heap]` (glibc's main arena), `[stack]`, and `anon` (mmapped memory: glibc's other
+    arenas and large blocks, Python's object arenas, thread stacks). Compared between
+    the first steady sample and the last, it says which of them grew."""
+    totals: Counter[str] = Counter()
+    try:
+        text = Path(f"/proc/{pid}/smaps").read_text()
+    except OSError:
+        return {}
+    name = "anon"
+    for line in text.splitlines():
+        head = line.split(None, 5)
+        if head and "-" in head[0] and len(head) >= 5 and ":" not in head[0]:
+            # A mapping's header: address range, perms, offset, device, inode[, path].
+            name = os.path.basename(head[5].strip()) if len(head) == 6 else "anon"
+            name = name or "anon"
+        elif line.startswith("Rss:"):
+            totals[name] += int(line.split()[1]) / 1024
+    return dict(totals)
+
+
+def growth_by_mapping(first: dict[str, float], last: dict[str, float],
+                      top: int = 6) -> dict[str, float]:
+    """The `top` mappings whose resident MiB changed most between two `rss_by_mapping`."""
+    changes = {name: last.get(name, 0.0) - first.get(name, 0.0) for name in first | last}
+    largest = sorted(changes.items(), key=lambda item: -abs(item[1]))[:top]
+    return {name: round(change, 2) for name, change in largest if round(change, 2)}
 
 
 def thread_names(pid: int) -> Counter[str]:
@@ -180,6 +221,9 @@ def main() -> None:
     # Each watched process's thread names at its first steady sample and at the last one.
     names_first: dict[str, Counter[str]] = {}
     names_last: dict[str, Counter[str]] = {}
+    # And their resident memory per mapping, at the same two samples.
+    mappings_first: dict[str, dict[str, float]] = {}
+    mappings_last: dict[str, dict[str, float]] = {}
     kills = 0
     next_kill = start + args.kill_every_s if args.kill_every_s else float("inf")
     while thread.is_alive():
@@ -201,8 +245,10 @@ def main() -> None:
         samples.append(sample)
         for name, node in WATCHED.items():
             names_last[name] = thread_names(pids[node])
+            mappings_last[name] = rss_by_mapping(pids[node])
             if sample["t"] >= warmup_s:
                 names_first.setdefault(name, names_last[name])
+                mappings_first.setdefault(name, mappings_last[name])
         print(json.dumps({k: v if v is None else round(v, 4) for k, v in sample.items()}),
               file=sys.stderr, flush=True)
         if now >= next_kill and thread.is_alive():
@@ -220,8 +266,10 @@ def main() -> None:
     first, last = steady[:third], steady[-third:]
     figures: dict[str, Any] = {}
     for name in WATCHED:
-        for reading in ("rss_mib", "threads", "fds"):
+        for reading in ("rss_mib", "anon_mib", "file_mib", "threads", "fds"):
             key = f"{name}_{reading}"
+            if not steady or key not in steady[0]:
+                continue
             slope = slope_per_hour([s["t"] for s in steady], [s[key] for s in steady])
             figures[f"{key}_per_h"] = None if slope is None else round(slope, 2)
             if steady:
@@ -232,6 +280,8 @@ def main() -> None:
         changed = {n: at_last[n] - at_first[n] for n in at_first | at_last
                    if at_last[n] != at_first[n]}
         figures[f"{name}_thread_names_changed"] = dict(sorted(changed.items()))
+        figures[f"{name}_rss_mib_change_by_mapping"] = growth_by_mapping(
+            mappings_first.get(name, {}), mappings_last.get(name, {}))
     before, after = rate(first, "env_steps"), rate(last, "env_steps")
     result = outcome.get("result")
     cost = [statistics.fmean(s["env_ms_per_step"] for s in part if s["env_ms_per_step"])

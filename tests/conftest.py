@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -27,18 +28,30 @@ _COLLECT_AFTER_NEW_THREADS = 64
 _threads_after_collect = _START_THREADS
 
 
+# Teardowns of this check that took over `_SLOW_TEARDOWN_S`: (test, seconds waiting for
+# what the test started to go, seconds in the collection), listed in the summary. A slow
+# one costs the suite its length on one worker; the list says where to look.
+_SLOW_TEARDOWN_S = 3.0
+_SLOW_TEARDOWNS: list[tuple[str, float, float]] = []
+
+
 @pytest.fixture(autouse=True)
-def _stops_what_it_starts():
+def _stops_what_it_starts(request):
     """Fails a test that leaves a thread, a child process or a listening socket behind;
     frees what reference cycles still hold once native threads pile up."""
     global _threads_after_collect
     before = leaks.snapshot()
     yield
+    start = time.monotonic()
     left = leaks.left_behind(before)
+    waited = time.monotonic() - start
     assert not left, "the test left behind: " + "; ".join(left)
     if psutil.Process().num_threads() > _threads_after_collect + _COLLECT_AFTER_NEW_THREADS:
         gc.collect()
         _threads_after_collect = psutil.Process().num_threads()
+    collected = time.monotonic() - start - waited
+    if waited + collected > _SLOW_TEARDOWN_S:
+        _SLOW_TEARDOWNS.append((request.node.nodeid, round(waited, 1), round(collected, 1)))
 
 
 # The files that take longest, longest first (durations on 2 cores): `.ci/run` hands files
@@ -66,6 +79,7 @@ def pytest_sessionfinish(session):
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controlling process reports it
         workeroutput["threads"] = (_START_THREADS, psutil.Process().num_threads())
+        workeroutput["slow_teardowns"] = _SLOW_TEARDOWNS
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -73,6 +87,7 @@ def pytest_testnodedown(node, error):
     threads = getattr(node, "workeroutput", {}).get("threads")
     if threads:
         _WORKER_THREADS[node.gateway.id] = threads
+    _SLOW_TEARDOWNS.extend(getattr(node, "workeroutput", {}).get("slow_teardowns", []))
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -82,3 +97,7 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"threads of {who}: {start} at the start, {end} at the end (operating-system "
             "threads: TensorFlow's and gRPC's own pools included)")
+    for test, waited, collected in _SLOW_TEARDOWNS:
+        terminalreporter.write_line(
+            f"slow teardown of {test}: {waited} s waiting for what it started to stop, "
+            f"{collected} s collecting garbage")
