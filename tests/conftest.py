@@ -35,13 +35,32 @@ _SLOW_TEARDOWN_S = 3.0
 _SLOW_TEARDOWNS: list[tuple[str, float, float]] = []
 
 
+# CPU seconds per test (`pytest --cpu-durations=N` lists the N largest): the test's own
+# process and the child processes it waited for (a local_mp run's nodes, a CLI command),
+# not Ray's workers (the raylet's children). The suite is CPU-bound on 2 cores: these,
+# not the wall-clock durations, say where cutting work shortens it.
+_CPU_SECONDS: dict[str, float] = {}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-durations", type=int, default=0, metavar="N",
+                     help="list the N tests that used the most CPU (with their children)")
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
 @pytest.fixture(autouse=True)
 def _stops_what_it_starts(request):
     """Fails a test that leaves a thread, a child process or a listening socket behind;
     frees what reference cycles still hold once native threads pile up."""
     global _threads_after_collect
     before = leaks.snapshot()
+    cpu_before = _cpu_seconds()
     yield
+    _CPU_SECONDS[request.node.nodeid] = _cpu_seconds() - cpu_before
     start = time.monotonic()
     left = leaks.left_behind(before)
     waited = time.monotonic() - start
@@ -80,6 +99,7 @@ def pytest_sessionfinish(session):
     if workeroutput is not None:  # an xdist worker: the controlling process reports it
         workeroutput["threads"] = (_START_THREADS, psutil.Process().num_threads())
         workeroutput["slow_teardowns"] = _SLOW_TEARDOWNS
+        workeroutput["cpu_seconds"] = _CPU_SECONDS
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -88,9 +108,16 @@ def pytest_testnodedown(node, error):
     if threads:
         _WORKER_THREADS[node.gateway.id] = threads
     _SLOW_TEARDOWNS.extend(getattr(node, "workeroutput", {}).get("slow_teardowns", []))
+    _CPU_SECONDS.update(getattr(node, "workeroutput", {}).get("cpu_seconds", {}))
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
+    if top := config.getoption("--cpu-durations"):
+        terminalreporter.write_line(
+            f"CPU seconds of the {top} costliest tests (with the children they waited for); "
+            f"all {len(_CPU_SECONDS)}: {sum(_CPU_SECONDS.values()):.0f} s")
+        for test, seconds in sorted(_CPU_SECONDS.items(), key=lambda item: -item[1])[:top]:
+            terminalreporter.write_line(f"{seconds:8.1f}s {test}")
     counts = _WORKER_THREADS or {"the pytest process": (_START_THREADS,
                                                         psutil.Process().num_threads())}
     for who, (start, end) in sorted(counts.items()):

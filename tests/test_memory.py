@@ -1,12 +1,18 @@
 """The opt-in memory profile of a node: which nodes a setting names, and what it reports."""
 
 import io
+import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from seed_agents.utils.memory_profile import MemoryProfile, ProfileSetting, profile_setting
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_setting_names_nodes_by_name_by_prefix_or_all():
@@ -63,6 +69,46 @@ def test_the_heap_figures_see_blocks_kept_and_freed():
     freed = heap_figures()
     assert held.in_use_mib - freed.in_use_mib > 15, (held, freed)
     assert malloc_trim() in (True, False)
+
+
+_ARENAS_SCRIPT = """
+import sys, threading
+from seed_agents.utils.malloc import arena_count, limit_arenas
+print(limit_arenas(int(sys.argv[1])) if sys.argv[1] != "none" else None)
+together = threading.Barrier(8)
+def work():
+    blocks = [bytearray(100_000) for _ in range(4)]  # from an arena: under mmap's 128 KiB
+    together.wait()  # all eight hold their blocks at once: no arena is freed for reuse
+    del blocks
+threads = [threading.Thread(target=work) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(arena_count())
+"""
+
+
+@pytest.mark.parametrize("limit, environment, most", [
+    ("2", {}, 2),  # capped
+    ("2", {"SEED_AGENTS_MALLOC_ARENAS": "3"}, 3),  # the variable overrides the caller
+    ("none", {}, None),  # glibc's default: a new arena per thread, up to 8 per core
+])
+def test_the_arena_limit_caps_the_arenas_threads_make(limit, environment, most):
+    from seed_agents.utils.malloc import arena_count
+
+    if arena_count() is None:
+        pytest.skip("not glibc")
+    env = {k: v for k, v in os.environ.items() if k != "SEED_AGENTS_MALLOC_ARENAS"}
+    ran = subprocess.run([sys.executable, "-c", _ARENAS_SCRIPT, limit],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**env, **environment, "PYTHONPATH": str(ROOT)})
+    assert ran.returncode == 0, ran.stderr
+    accepted, arenas = ran.stdout.split()
+    if most is None:
+        assert int(arenas) >= 8, ran.stdout  # the main one and one per thread
+    else:
+        assert accepted == "True" and 1 <= int(arenas) <= most, ran.stdout
 
 
 def test_tensorboard_rows_leave_no_native_memory_behind(tmp_path):

@@ -28,7 +28,7 @@ import time
 import tracemalloc
 from typing import TextIO
 
-from seed_agents.utils.malloc import heap_figures
+from seed_agents.utils.malloc import arena_count, heap_figures
 
 ENVIRONMENT_VARIABLE = "SEED_AGENTS_MEMORY_PROFILE"
 _FRAMES = 8  # enough to see past a library's own frames to the caller that keeps a block
@@ -111,6 +111,9 @@ class MemoryProfile:
                 f"{name} {value:.1f} MiB" + ("" if first[0] == now else
                                              f" ({value - base[name]:+.1f})")
                 for name, value in readings.items())
+            arenas = arena_count()
+            if arenas is not None:  # glibc: free pages stay in the arena that freed them
+                figures += f"; {arenas} malloc arenas"
             lines = [f"memory profile at {now:.0f} s: {figures}"
                      + (" (the baseline of later reports)" if since == now
                         else f" (changes since {since:.0f} s)")]

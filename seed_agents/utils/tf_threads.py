@@ -28,8 +28,14 @@ def configure_tf_threads(intra_op: int | None = None, inter_op: int | None = Non
 
     Quietly keeps the current sizes when TF was already initialised in this process.
     Every process that runs TF calls this first, so it also stops TF's per-EagerTensor
-    leak there (`seed_agents.utils.eager_tensor_leak`).
+    leak there (`seed_agents.utils.eager_tensor_leak`) and caps glibc's arenas at the
+    cores it may use (`seed_agents.utils.malloc.limit_arenas`: a week-long learner's
+    resident size stays flat), before TF's pools start their threads.
     """
+    from seed_agents.utils.malloc import limit_arenas
+
+    limit_arenas()
+
     import tensorflow as tf
 
     from seed_agents.utils.eager_tensor_leak import stop_eager_tensor_leak
