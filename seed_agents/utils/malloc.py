@@ -96,7 +96,11 @@ def limit_arenas(count: int | None = None) -> bool | None:
         return None
     setting = os.environ.get("SEED_AGENTS_MALLOC_ARENAS")
     if setting is not None:
-        count = int(setting)
+        try:
+            count = int(setting)
+        except ValueError:
+            raise ValueError(f"SEED_AGENTS_MALLOC_ARENAS={setting!r}: expected a whole "
+                             "number of arenas (0: glibc's default)") from None
         if count == 0:
             return False
     if count is None:
