@@ -141,16 +141,16 @@ class _DelayedChannel:
 
 
 def _central_runner(address: str, k: int, seed: int, groups: int, delay_ms: float,
-                    ready, windows, results) -> None:
-    """An `EnvRunner` of K environments in `groups` groups against the service at
-    `address` (each group's stream `delay_ms` away each way), timed by the runner's own
+                    env_id: str, ready, windows, results) -> None:
+    """An `EnvRunner` of K `env_id` environments in `groups` groups against the service
+    at `address` (each group's stream `delay_ms` away each way), timed by the runner's own
     figures (`EnvRunner.figures`) read at the window's start and end."""
     from seed_agents.envs import environment_factory
     from seed_agents.inference import wire
     from seed_agents.inference.grpc_client import RemoteInference
     from seed_agents.inference.runner import EnvRunner
 
-    runner = EnvRunner(environment_factory(ENV_ID), k, seed, groups)
+    runner = EnvRunner(environment_factory(env_id), k, seed, groups)
     spec = runner.envs[0].observation_spec()
     num_actions = int(runner.envs[0].action_spec().num_values)
     run_id = f"run-{seed}-{os.getpid()}"
@@ -316,23 +316,28 @@ def _timed_builder(config):
 
 def measure_acting(policy, spec, runners: int, k: int, warmup_s: float, duration_s: float,
                    max_wait_ms: float, address: str = "127.0.0.1:0", groups: int = 1,
-                   delay_ms: float = 0.0) -> dict[str, float]:
+                   delay_ms: float = 0.0, stack_on_server: bool = True) -> dict[str, float]:
     """Env steps/s of `runners` x `k` environments in `groups` groups each against the
     central server (no replay), each stream `delay_ms` away each way, and where each round
-    trip's time went."""
+    trip's time went. With `stack_on_server` (as `Experiment`'s default) the runners'
+    environments make single frames and the server stacks them; without, each
+    environment stacks its own and sends all four."""
+    from seed_agents.envs.registry import split_frame_stack
     from seed_agents.inference.grpc_service import InferenceService
     from seed_agents.inference.server import InferenceConfig, InferenceServer
     from seed_agents.utils.counting import percentile_ms
 
+    env_id, frame_stack = split_frame_stack(ENV_ID) if stack_on_server else (ENV_ID, 1)
     timed = _TimedPolicy(policy)
     config = InferenceConfig(max_envs=runners * k, max_batch_size=runners * k,
-                             max_wait_ms=max_wait_ms)
+                             max_wait_ms=max_wait_ms, frame_stack=frame_stack)
     server = InferenceServer(timed, spec, adder=None, config=config)
     service = InferenceService(server, spec, address=address, max_streams=runners * groups)
     address = service.start()
     try:
         out, cpu = _run_phase(_central_runner,
-                              [(address, k, 1000 * i, groups, delay_ms) for i in range(runners)],
+                              [(address, k, 1000 * i, groups, delay_ms, env_id)
+                               for i in range(runners)],
                               warmup_s, duration_s)
     finally:
         service.stop()

@@ -13,6 +13,11 @@ Phases, one after the other, each counted over `--duration` seconds after a warm
     (`2x32g2`: 2 runners of 32 environments stepped in 2 alternating groups, one group
     stepping while the other's actions are in flight); the fastest layout is the one
     reported, and the one every later phase uses;
+    The runners' environments make single frames and the server stacks them (the
+    launcher's default, `Experiment.frame_stacking`);
+  * runner_stacking: the chosen layout's acting again with each environment stacking its
+    own frames and sending all four (as before server stacking): `server_vs_runner_stacking`
+    is the acting rate over this one's;
   * delayed: the chosen layout's acting again with each stream `--delay-ms` away from the
     service each way (a delay in the runners' harness: this kernel has no `tc netem`);
     `delayed_vs_none` is its rate over the same layout's without the delay;
@@ -116,7 +121,8 @@ def main() -> None:
                              "and the inference server in training (as the backends give "
                              "such a process: LEARNER_INTER_OP_THREADS)")
     parser.add_argument("--phases",
-                        default="env,acting,delayed,inference,learner,impala,training")
+                        default="env,acting,runner_stacking,delayed,inference,learner,impala,"
+                                "training")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from seed_agents.utils.tf_threads import configure_tf_threads
@@ -146,7 +152,7 @@ def _run_phases(args: argparse.Namespace, config, policy, spec) -> dict[str, Any
     phases = set(args.phases.split(","))
     nothing = {"steps_per_s": float("nan")}
     out: dict[str, Any] = {"env": nothing, "acting": {}, "impala": nothing, "delayed": nothing,
-                           "learner": nothing,
+                           "learner": nothing, "runner_stacking": nothing,
                            "inference": {"obs_per_s": float("nan")},
                            "training": {"trained_steps_per_s": float("nan"),
                                         "env_steps_per_s": float("nan")}}
@@ -172,6 +178,12 @@ def _run_phases(args: argparse.Namespace, config, policy, spec) -> dict[str, Any
     else:
         out["layout"] = _layout_name(*layouts[0])
     runners, k, groups = _layouts(out["layout"])[0]
+    if "runner_stacking" in phases:
+        out["runner_stacking"] = measure_acting(
+            policy, spec, runners, k, args.warmup, args.duration, args.max_wait_ms,
+            args.address, groups, stack_on_server=False)
+        _show(f"acting {out['layout']}, frames stacked by the runners",
+              out["runner_stacking"])
     if "delayed" in phases:
         out["delayed"] = measure_acting(policy, spec, runners, k, args.warmup, args.duration,
                                         args.max_wait_ms, args.address, groups, args.delay_ms)
@@ -239,6 +251,14 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
         "impala_style": _round(impala_style),
         # The chosen layout's acting with every stream `delay_ms` away each way, over the
         # same layout without the delay (measured above, in this run).
+        # The chosen layout with the environments stacking their own frames (all four sent
+        # per step): acting (frames stacked by the server) over that rate.
+        "acting_runner_stacking": _round(results["runner_stacking"]["steps_per_s"]),
+        "server_vs_runner_stacking": _round(
+            acting / results["runner_stacking"]["steps_per_s"], 3),
+        "runner_stacking_cpu_ms_per_step": _round(
+            results["runner_stacking"].get("runner_cpu_ms_per_step", float("nan"))
+            + results["runner_stacking"].get("server_cpu_ms_per_step", float("nan")), 3),
         "acting_delayed": _round(results["delayed"]["steps_per_s"]),
         "delayed_vs_none": _round(results["delayed"]["steps_per_s"] / acting, 3),
         "training": _round(frames),
@@ -273,7 +293,8 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
         # Cores the machine left idle in each phase: near 0 with our rates low means
         # another program had the cores; well above 0 means a stall of ours.
         "idle_cores": {name: _round(results[name].get("idle_cores"), 2) for name in
-                       ("env", "inference", "learner", "impala", "training")}
+                       ("env", "inference", "learner", "impala", "training",
+                        "runner_stacking")}
         | {"acting": _round(acting_figures.get("idle_cores"), 2),
            "delayed": _round(results["delayed"].get("idle_cores"), 2)},
         "acting_breakdown": {key: _round(value, 3) for key, value in acting_figures.items()},

@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from seed_agents.envs.registry import EnvironmentFactory
+from seed_agents.envs.registry import EnvironmentFactory, split_frame_stack
 from seed_agents.inference.security import TLSConfig, make_token
 from seed_agents.utils.checkpointing import check_resume
 from seed_agents.utils.class_paths import class_path
@@ -41,6 +41,13 @@ class Experiment:
         None (default): 2 where it was measured to win, K >= `AUTO_GROUPS_MIN_ENVS`
         (`groups_per_runner`); below that, half-size batches cost the policy more than
         the overlap saves.
+      frame_stacking: where a stack of frames (Atari's `[84, 84, 4]`) is made: "runner"
+        (each environment stacks its own), "server" (runners step single-frame
+        environments, e.g. `atari:Pong,stack=1`, and send a quarter of the bytes; the
+        inference server keeps each environment's stack: `InferenceConfig.frame_stack`),
+        or "auto" (default): "server" for central inference on an id that can make
+        single frames (`split_frame_stack`: `atari:` ids), else "runner". The policy,
+        replay and recordings see the same stacked observations either way.
       max_env_steps: the step budget; the run stops when acting has taken this many steps.
       seed: base seed; runner i's environments use seed + 1000 * i + j.
       inference: "central" (SEED: runners ask the inference server) or "local" (each
@@ -117,6 +124,7 @@ class Experiment:
     num_runners: int = 4
     envs_per_runner: int = 16
     runner_groups: int | None = None
+    frame_stacking: Literal["auto", "server", "runner"] = "auto"
     max_env_steps: int = 500_000
     seed: int = 0
     inference: Literal["central", "local"] = "central"
@@ -157,8 +165,34 @@ class Experiment:
         central = self.inference == "central"
         return 2 if central and self.envs_per_runner >= AUTO_GROUPS_MIN_ENVS else 1
 
+    @property
+    def runner_environment(self) -> str | EnvironmentFactory:
+        """What the runners step: `environment`, or its single-frame id where the
+        inference server stacks the frames (`frame_stacking`)."""
+        return self._frame_split()[0]
+
+    @property
+    def server_frame_stack(self) -> int:
+        """Frames the inference server stacks per environment; 1: none (`frame_stacking`)."""
+        return self._frame_split()[1]
+
+    def _frame_split(self) -> tuple[str | EnvironmentFactory, int]:
+        if (self.frame_stacking == "runner" or self.inference != "central"
+                or not isinstance(self.environment, str)):
+            return self.environment, 1
+        return split_frame_stack(self.environment)
+
     def __post_init__(self):
         self.builder_path = class_path(type(self.builder))
+        if self.frame_stacking not in ("auto", "server", "runner"):
+            raise ValueError("frame_stacking must be 'auto', 'server' or 'runner', got "
+                             f"{self.frame_stacking!r}.")
+        if self.frame_stacking == "server" and self.server_frame_stack == 1:
+            raise ValueError(
+                "frame_stacking='server' needs central inference and an environment id "
+                "whose observations stack frames the runners can send one at a time "
+                f"(`atari:` with stack > 1), got {self.environment!r} with "
+                f"inference={self.inference!r}.")
         if self.num_runners < 1:
             raise ValueError(f"num_runners must be >= 1, got {self.num_runners}.")
         if self.envs_per_runner < 1:

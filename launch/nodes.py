@@ -49,7 +49,8 @@ def make_program(experiment: Experiment) -> Program:
         if central:
             nodes.append(Node(
                 f"runner-{i}", "runner", runner_node,
-                {"environment": experiment.environment, "num_envs": experiment.envs_per_runner,
+                {"environment": experiment.runner_environment,
+                 "num_envs": experiment.envs_per_runner,
                  "seed": experiment.runner_seed(i), "log_every_s": rates_every_s(experiment),
                  "groups": experiment.groups_per_runner, **client_credentials(experiment)},
                 needs=("inference",), restartable=True, resources=runner_pinned,
@@ -304,7 +305,8 @@ def learner_node(context: NodeContext, experiment: Experiment, restart: int = 0,
         # the program's.
         config = InferenceConfig(max_envs=experiment.num_envs,
                                  max_batch_size=experiment.num_envs,
-                                 max_wait_ms=experiment.inference_max_wait_ms)
+                                 max_wait_ms=experiment.inference_max_wait_ms,
+                                 frame_stack=experiment.server_frame_stack)
         inference = builder.make_inference_server(policy, spec, adder, config, counter, stats)
         state["eval_episodes"] = inference.eval_stats
         if not (context.in_process and experiment.transport == "direct"):

@@ -138,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "one group while the other's actions are computed, 1 is "
                             "lockstep (default: 2 from 128 environments per runner, where it "
                             "measured faster, else 1)")
+    train.add_argument("--frame-stacking", choices=("auto", "server", "runner"),
+                       default="auto",
+                       help="where Atari's stack of frames is made: 'server' (runners "
+                            "send one frame per step, a quarter of the bytes), 'runner', "
+                            "or 'auto' (default: the server under central inference)")
     train.add_argument("--steps", type=int, default=None,
                        help="env step budget (default: 500000); with --dataset, learner "
                             "steps (default: 20000)")
@@ -229,6 +234,7 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         envs_per_runner=envs_per_runner if args.envs_per_runner is None
         else args.envs_per_runner,
         runner_groups=args.runner_groups,
+        frame_stacking=args.frame_stacking,
         max_env_steps=max_env_steps,
         max_learner_steps=20_000 if args.steps is None or not args.dataset else args.steps,
         dataset=args.dataset,

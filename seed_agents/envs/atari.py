@@ -228,6 +228,20 @@ def parse_atari_id(rest: str) -> AtariConfig:
         raise ValueError(f"Bad id 'atari:{rest}': {e} {_USAGE}.") from None
 
 
+def single_frame_id(rest: str) -> tuple[str, int]:
+    """The id (after `atari:`) of the same game making one frame per observation, and
+    the frames `rest`'s observations stack: "Pong,sticky=0" -> ("Pong,sticky=0,stack=1", 4).
+
+    For a server that stacks the frames itself (`InferenceConfig.frame_stack`): it sees
+    the observations the stacked id's environment would have made.
+    """
+    config = parse_atari_id(rest)  # Raises for a bad id, before anything is rebuilt.
+    game, _, options = rest.partition(",")
+    kept = [part.strip() for part in options.split(",")
+            if part.strip() and part.partition("=")[0].strip() != "stack"]
+    return ",".join([game.strip(), *kept, "stack=1"]), config.frame_stack
+
+
 # --- preprocessing ------------------------------------------------------------------------
 
 

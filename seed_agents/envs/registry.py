@@ -121,6 +121,21 @@ def validate_environment_id(env_id: str) -> None:
         builder.validate(rest)
 
 
+def split_frame_stack(env_id: str) -> tuple[str, int]:
+    """(the id of the same environment making single frames, the frames its observations
+    stack along their last axis) for an id that can make them (`atari:` with stack > 1);
+    (env_id, 1) for any other. Lets the inference server stack the frames instead
+    (`InferenceConfig.frame_stack`), so that runners send a quarter of the bytes."""
+    prefix, _, rest = env_id.partition(":")
+    if prefix.strip() == "atari":
+        from seed_agents.envs import atari
+
+        single, depth = atari.single_frame_id(rest)
+        if depth > 1:
+            return f"atari:{single}", depth
+    return env_id, 1
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvironmentIdFactory:
     """A picklable `EnvironmentFactory` for an environment id.

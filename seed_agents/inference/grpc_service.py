@@ -203,7 +203,10 @@ class InferenceService:
             raise ValueError("hello_timeout_s and idle_timeout_s must be > 0, got "
                              f"{hello_timeout_s} and {idle_timeout_s}.")
         self._server = server
-        self._obs_shape = tuple(int(d) for d in env_spec.observations.shape)
+        # What runners send: the spec's observation, or one frame of it where the server
+        # stacks frames (`InferenceConfig.frame_stack`).
+        self._obs_shape = tuple(int(d) for d in server.client_observation_shape)
+        self._stacked_shape = tuple(int(d) for d in env_spec.observations.shape)
         self._obs_dtype = np.dtype(env_spec.observations.dtype)
         # Never `env_spec.num_actions`: it raises for continuous action specs.
         self._action_dtype, self._action_shape, self._num_actions = wire.action_spec_of(
@@ -501,6 +504,11 @@ class InferenceService:
         if not hello.run_id:
             return "run_id is empty (it tells a restarted runner from the old one)"
         if hello.observation_shape != self._obs_shape:
+            if self._obs_shape != self._stacked_shape:
+                return (f"observation shape {hello.observation_shape}: this service stacks "
+                        f"frames itself and takes one frame, {self._obs_shape}, of the "
+                        f"spec's {self._stacked_shape} (an Atari runner: stack=1 in its "
+                        "environment id)")
             return (f"observation shape {hello.observation_shape} does not match the "
                     f"spec's {self._obs_shape}")
         if hello.observation_dtype != self._obs_dtype:

@@ -22,6 +22,7 @@ import tree
 
 from seed_agents.core import Policy
 from seed_agents.inference.batcher import Callback, DynamicBatcher
+from seed_agents.inference.frame_stacks import FrameStacks
 from seed_agents.inference.protocol import FIRST, LAST, StepBatch
 from seed_agents.replay import unrolls
 from seed_agents.replay.adder import Adder
@@ -41,12 +42,17 @@ class InferenceConfig:
       active_window_ms: a batch closes early once every client that stepped within this
         window has a request waiting; a client silent for longer (a stalled or idle
         runner) no longer holds anyone's batch back (see `DynamicBatcher`).
+      frame_stack: frames the server stacks per environment (`FrameStacks`): clients
+        send one frame per step (the spec's observation with its last axis divided by
+        this, e.g. `[84, 84, 1]` of `[84, 84, 4]`) and the policy, the adder and the
+        recorder see the stacks. 1: clients send whole observations.
     """
 
     max_envs: int = 1024
     max_batch_size: int = 256
     max_wait_ms: float = 2.0
     active_window_ms: float = 1000.0
+    frame_stack: int = 1
 
     def __post_init__(self):
         if self.max_envs < 1:
@@ -57,6 +63,8 @@ class InferenceConfig:
             raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}.")
         if self.active_window_ms <= 0:
             raise ValueError(f"active_window_ms must be > 0, got {self.active_window_ms}.")
+        if self.frame_stack < 1:
+            raise ValueError(f"frame_stack must be >= 1, got {self.frame_stack}.")
 
 
 class EpisodeStats:
@@ -153,8 +161,12 @@ class InferenceServer:
                 f"The policy has {self._num_eval} evaluation environments; it needs "
                 f"0 <= num_evaluation_envs < max_envs={n} to leave some for training."
             )
-        self._obs_shape = tuple(env_spec.observations.shape)
         self._obs_dtype = np.dtype(env_spec.observations.dtype)
+        self._frames = (FrameStacks(n, env_spec.observations.shape, self._obs_dtype,
+                                    config.frame_stack) if config.frame_stack > 1 else None)
+        # What clients send: the spec's observation, or one frame of it.
+        self._obs_shape = (self._frames.frame_shape if self._frames is not None
+                           else tuple(env_spec.observations.shape))
         self._state = tree.map_structure(np.copy, policy.initial_state(n))
         self._initial_state = policy.initial_state(1)
         self._prev_action = np.zeros((n, *env_spec.actions.shape), env_spec.actions.dtype)
@@ -229,6 +241,12 @@ class InferenceServer:
     @property
     def num_clients(self) -> int:
         return len(self._clients)
+
+    @property
+    def client_observation_shape(self) -> tuple[int, ...]:
+        """The observation shape a client sends per environment: the spec's, or one
+        frame of it when the server stacks frames (`InferenceConfig.frame_stack`)."""
+        return self._obs_shape
 
     @property
     def max_envs(self) -> int:
@@ -310,13 +328,17 @@ class InferenceServer:
             discount, step_type = batch.discount, batch.step_type
         else:
             slots = np.concatenate([r[0].slots for r in requests])
-            obs = np.concatenate([r[1].observation for r in requests])
+            # Stacked frames are concatenated after the push (`_stack_frames`).
+            obs = (None if self._frames is not None
+                   else np.concatenate([r[1].observation for r in requests]))
             reward = np.concatenate([r[1].reward for r in requests])
             discount = np.concatenate([r[1].discount for r in requests])
             step_type = np.concatenate([r[1].step_type for r in requests])
 
         self._reset_new_slots(slots)
         first = step_type == FIRST
+        if self._frames is not None:
+            obs = self._stack_frames(requests, first)
         state_in = tree.map_structure(lambda s: s[slots], self._state)
         prev_action = self._prev_action[slots]
         if first.any():
@@ -361,6 +383,20 @@ class InferenceServer:
         bounds = np.cumsum([len(r[0].slots) for r in requests])[:-1]
         return np.split(action, bounds)
 
+    def _stack_frames(self, requests: Sequence[tuple[_Client, StepBatch]],
+                      first: np.ndarray) -> np.ndarray:
+        """Pushes each request's frames into its slots' stacks: the batch's observations."""
+        push = self._frames.push
+        if len(requests) == 1:
+            client, batch = requests[0]
+            return push(client.slots, batch.observation, first)
+        stacks, at = [], 0
+        for client, batch in requests:
+            n = len(client.slots)
+            stacks.append(push(client.slots, batch.observation, first[at:at + n]))
+            at += n
+        return np.concatenate(stacks)
+
     def _track_episodes(
         self, slots: np.ndarray, reward: np.ndarray, first: np.ndarray, last: np.ndarray,
         evaluation: np.ndarray | None,
@@ -393,6 +429,8 @@ class InferenceServer:
             return
         fresh = slots[needs_reset]
         self._needs_reset[fresh] = False
+        if self._frames is not None:
+            self._frames.clear(fresh)  # No frame of a previous owner's environment.
         if self._adder is not None:
             self._adder.reset(fresh)
         self._episode_return[fresh] = 0.0
