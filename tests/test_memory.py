@@ -111,6 +111,19 @@ def test_the_arena_limit_caps_the_arenas_threads_make(limit, environment, most):
         assert accepted == "True" and 1 <= int(arenas) <= most, ran.stdout
 
 
+def test_a_bad_arena_setting_is_named_before_malloc_is_touched(monkeypatch):
+    from seed_agents.utils.malloc import arena_count, limit_arenas
+
+    if arena_count() is None:
+        pytest.skip("not glibc")
+    monkeypatch.setenv("SEED_AGENTS_MALLOC_ARENAS", "two")
+    with pytest.raises(ValueError, match=r"SEED_AGENTS_MALLOC_ARENAS='two': expected a whole"):
+        limit_arenas(2)
+    monkeypatch.setenv("SEED_AGENTS_MALLOC_ARENAS", "-1")
+    with pytest.raises(ValueError, match="an arena limit must be >= 1, got -1"):
+        limit_arenas()
+
+
 def test_tensorboard_rows_leave_no_native_memory_behind(tmp_path):
     # tf.summary.scalar left ~80 bytes of C heap per scalar (1.3 KB a row of 16 here):
     # a learner's row a second grew it ~5 MiB an hour. The logger writes event protos.
