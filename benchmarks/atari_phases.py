@@ -141,11 +141,16 @@ class _DelayedChannel:
 
 
 def _central_runner(address: str, k: int, seed: int, groups: int, delay_ms: float,
-                    env_id: str, ready, windows, results) -> None:
+                    env_id: str, cpu: int | None, ready, windows, results) -> None:
     """An `EnvRunner` of K `env_id` environments in `groups` groups against the service
     at `address` (each group's stream `delay_ms` away each way), timed by the runner's own
-    figures (`EnvRunner.figures`) read at the window's start and end."""
+    figures (`EnvRunner.figures`) read at the window's start and end. With `cpu`, pinned
+    first to that CPU (as `run_runner(cpu=...)` does)."""
     from seed_agents.envs import environment_factory
+    from seed_agents.utils.affinity import pin_to_cpu
+
+    if cpu is not None:
+        pin_to_cpu(cpu)
     from seed_agents.inference import wire
     from seed_agents.inference.grpc_client import RemoteInference
     from seed_agents.inference.runner import EnvRunner
@@ -316,12 +321,14 @@ def _timed_builder(config):
 
 def measure_acting(policy, spec, runners: int, k: int, warmup_s: float, duration_s: float,
                    max_wait_ms: float, address: str = "127.0.0.1:0", groups: int = 1,
-                   delay_ms: float = 0.0, stack_on_server: bool = True) -> dict[str, float]:
+                   delay_ms: float = 0.0, stack_on_server: bool = True,
+                   pin: bool = True) -> dict[str, float]:
     """Env steps/s of `runners` x `k` environments in `groups` groups each against the
     central server (no replay), each stream `delay_ms` away each way, and where each round
     trip's time went. With `stack_on_server` (as `Experiment`'s default) the runners'
     environments make single frames and the server stacks them; without, each
-    environment stacks its own and sends all four."""
+    environment stacks its own and sends all four. With `pin`, runner i pins itself to
+    CPU i (`Experiment.pin_runners`)."""
     from seed_agents.envs.registry import split_frame_stack
     from seed_agents.inference.grpc_service import InferenceService
     from seed_agents.inference.server import InferenceConfig, InferenceServer
@@ -336,8 +343,8 @@ def measure_acting(policy, spec, runners: int, k: int, warmup_s: float, duration
     address = service.start()
     try:
         out, cpu = _run_phase(_central_runner,
-                              [(address, k, 1000 * i, groups, delay_ms, env_id)
-                               for i in range(runners)],
+                              [(address, k, 1000 * i, groups, delay_ms, env_id,
+                                i if pin else None) for i in range(runners)],
                               warmup_s, duration_s)
     finally:
         service.stop()

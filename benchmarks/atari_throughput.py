@@ -14,7 +14,10 @@ Phases, one after the other, each counted over `--duration` seconds after a warm
     stepping while the other's actions are in flight); the fastest layout is the one
     reported, and the one every later phase uses;
     The runners' environments make single frames and the server stacks them (the
-    launcher's default, `Experiment.frame_stacking`);
+    launcher's default, `Experiment.frame_stacking`), and runner i is pinned to CPU i
+    (`Experiment.pin_runners`);
+  * unpinned: the chosen layout's acting again with the runners left to the scheduler:
+    `pinned_vs_unpinned` is the acting rate over this one's;
   * runner_stacking: the chosen layout's acting again with each environment stacking its
     own frames and sending all four (as before server stacking): `server_vs_runner_stacking`
     is the acting rate over this one's;
@@ -121,8 +124,8 @@ def main() -> None:
                              "and the inference server in training (as the backends give "
                              "such a process: LEARNER_INTER_OP_THREADS)")
     parser.add_argument("--phases",
-                        default="env,acting,runner_stacking,delayed,inference,learner,impala,"
-                                "training")
+                        default="env,acting,unpinned,runner_stacking,delayed,inference,learner,"
+                                "impala,training")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from seed_agents.utils.tf_threads import configure_tf_threads
@@ -152,7 +155,7 @@ def _run_phases(args: argparse.Namespace, config, policy, spec) -> dict[str, Any
     phases = set(args.phases.split(","))
     nothing = {"steps_per_s": float("nan")}
     out: dict[str, Any] = {"env": nothing, "acting": {}, "impala": nothing, "delayed": nothing,
-                           "learner": nothing, "runner_stacking": nothing,
+                           "learner": nothing, "runner_stacking": nothing, "unpinned": nothing,
                            "inference": {"obs_per_s": float("nan")},
                            "training": {"trained_steps_per_s": float("nan"),
                                         "env_steps_per_s": float("nan")}}
@@ -178,6 +181,11 @@ def _run_phases(args: argparse.Namespace, config, policy, spec) -> dict[str, Any
     else:
         out["layout"] = _layout_name(*layouts[0])
     runners, k, groups = _layouts(out["layout"])[0]
+    if "unpinned" in phases:
+        out["unpinned"] = measure_acting(
+            policy, spec, runners, k, args.warmup, args.duration, args.max_wait_ms,
+            args.address, groups, pin=False)
+        _show(f"acting {out['layout']}, runners not pinned", out["unpinned"])
     if "runner_stacking" in phases:
         out["runner_stacking"] = measure_acting(
             policy, spec, runners, k, args.warmup, args.duration, args.max_wait_ms,
@@ -253,6 +261,9 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
         # same layout without the delay (measured above, in this run).
         # The chosen layout with the environments stacking their own frames (all four sent
         # per step): acting (frames stacked by the server) over that rate.
+        # The chosen layout with the runners not pinned to CPUs: acting over that rate.
+        "acting_unpinned": _round(results["unpinned"]["steps_per_s"]),
+        "pinned_vs_unpinned": _round(acting / results["unpinned"]["steps_per_s"], 3),
         "acting_runner_stacking": _round(results["runner_stacking"]["steps_per_s"]),
         "server_vs_runner_stacking": _round(
             acting / results["runner_stacking"]["steps_per_s"], 3),
@@ -294,7 +305,7 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
         # another program had the cores; well above 0 means a stall of ours.
         "idle_cores": {name: _round(results[name].get("idle_cores"), 2) for name in
                        ("env", "inference", "learner", "impala", "training",
-                        "runner_stacking")}
+                        "runner_stacking", "unpinned")}
         | {"acting": _round(acting_figures.get("idle_cores"), 2),
            "delayed": _round(results["delayed"].get("idle_cores"), 2)},
         "acting_breakdown": {key: _round(value, 3) for key, value in acting_figures.items()},

@@ -48,6 +48,12 @@ class Experiment:
         or "auto" (default): "server" for central inference on an id that can make
         single frames (`split_frame_stack`: `atari:` ids), else "runner". The policy,
         replay and recordings see the same stacked observations either way.
+      pin_runners: runner i's process pins itself to the i-th CPU it may run on (modulo
+        their number; `seed_agents.utils.affinity.pin_to_cpu`), so that each runner's
+        emulators stay in one core's caches; the learner and inference server are not
+        pinned. On Pong with 2 runners on 2 cores it acted 2-3% faster. Off by default:
+        where other programs share the machine, a pinned runner cannot move off a busy
+        core. Runner processes only (`transport="grpc"` or a cluster).
       max_env_steps: the step budget; the run stops when acting has taken this many steps.
       seed: base seed; runner i's environments use seed + 1000 * i + j.
       inference: "central" (SEED: runners ask the inference server) or "local" (each
@@ -125,6 +131,7 @@ class Experiment:
     envs_per_runner: int = 16
     runner_groups: int | None = None
     frame_stacking: Literal["auto", "server", "runner"] = "auto"
+    pin_runners: bool = False
     max_env_steps: int = 500_000
     seed: int = 0
     inference: Literal["central", "local"] = "central"

@@ -52,7 +52,9 @@ def make_program(experiment: Experiment) -> Program:
                 {"environment": experiment.runner_environment,
                  "num_envs": experiment.envs_per_runner,
                  "seed": experiment.runner_seed(i), "log_every_s": rates_every_s(experiment),
-                 "groups": experiment.groups_per_runner, **client_credentials(experiment)},
+                 "groups": experiment.groups_per_runner,
+                 "cpu": i if experiment.pin_runners else None,
+                 **client_credentials(experiment)},
                 needs=("inference",), restartable=True, resources=runner_pinned,
             ))
         else:
@@ -379,17 +381,20 @@ def learner_node(context: NodeContext, experiment: Experiment, restart: int = 0,
 
 def runner_node(context: NodeContext, environment: Any, num_envs: int, seed: int,
                 log_every_s: float = 5.0, auth_token: str | None = None,
-                tls: Any = None, groups: int = 1) -> None:
+                tls: Any = None, groups: int = 1, cpu: int | None = None) -> None:
     """Environment runners: streaming to the learner's inference service, or in its
     process calling the inference server directly (a runner thread). `groups` > 1 steps
-    the environments in groups, one stepping while the others' actions are computed."""
+    the environments in groups, one stepping while the others' actions are computed.
+    `cpu` pins a runner process to that CPU (`pin_to_cpu`); a runner thread is never
+    pinned (it would pin the learner's process's threads it starts)."""
     target = context.handles["inference"].dereference()
     if isinstance(target, str):
         from seed_agents.inference.runner_process import run_runner
 
         run_runner(target, environment, num_envs, seed=seed, runner_id=context.name,
                    stop_event=context.stop_event, logdir=context.logdir,
-                   log_every_s=log_every_s, auth_token=auth_token, tls=tls, groups=groups)
+                   log_every_s=log_every_s, auth_token=auth_token, tls=tls, groups=groups,
+                   cpu=cpu)
         return
     from seed_agents.envs import environment_factory
     from seed_agents.inference.runner import EnvRunner, runner_reporter

@@ -143,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where Atari's stack of frames is made: 'server' (runners "
                             "send one frame per step, a quarter of the bytes), 'runner', "
                             "or 'auto' (default: the server under central inference)")
+    train.add_argument("--pin-runners", action="store_true",
+                       help="pin runner process i to CPU i (modulo the CPUs): each runner's "
+                            "emulators stay in one core's caches (2-3%% faster Pong acting on "
+                            "2 cores; leave off where other programs share the machine)")
     train.add_argument("--steps", type=int, default=None,
                        help="env step budget (default: 500000); with --dataset, learner "
                             "steps (default: 20000)")
@@ -235,6 +239,7 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         else args.envs_per_runner,
         runner_groups=args.runner_groups,
         frame_stacking=args.frame_stacking,
+        pin_runners=args.pin_runners,
         max_env_steps=max_env_steps,
         max_learner_steps=20_000 if args.steps is None or not args.dataset else args.steps,
         dataset=args.dataset,

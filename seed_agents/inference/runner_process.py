@@ -30,6 +30,7 @@ from seed_agents.inference import wire
 from seed_agents.inference.grpc_client import RemoteInference
 from seed_agents.inference.runner import EnvRunner, runner_reporter
 from seed_agents.inference.security import TOKEN_ENV, TLSConfig, read_token_file
+from seed_agents.utils.affinity import pin_to_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -186,6 +187,7 @@ def run_runner(
     max_steps: int | None = None,
     logdir: str | None = None,
     log_every_s: float = 5.0,
+    cpu: int | None = None,
     **options: Any,
 ) -> RunnerStats:
     """Runs `num_envs` environments against the server at `address`; returns the stats.
@@ -194,8 +196,12 @@ def run_runner(
     timeout_s, tls, groups); `run_id` defaults to a fresh uuid per call (one process start). See
     `RemoteRunner.run` for when it blocks, retries and raises. With `logdir`, the
     runner's rates (`runner_rates`: env steps/s, its round trip p50/p99, env and
-    inference time shares) go to `<logdir>/<runner_id>.csv` every `log_every_s`.
+    inference time shares) go to `<logdir>/<runner_id>.csv` every `log_every_s`. With
+    `cpu`, the runner first pins itself to the `cpu`-th of the CPUs it may run on
+    (`pin_to_cpu`), before its environments and gRPC's threads exist.
     """
+    if cpu is not None:
+        pin_to_cpu(cpu)
     runner = RemoteRunner(address, environment, num_envs, **options)
     reporter = (runner_reporter(runner.figures, logdir, runner.hello.runner_id, log_every_s)
                 if logdir else None)
@@ -220,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, default=1,
                         help="groups of environments stepped alternately: 2 steps one group "
                              "while the other's actions are in flight (default: lockstep)")
+    parser.add_argument("--cpu", type=int, default=None,
+                        help="pin this runner to the N-th of the CPUs it may run on (modulo "
+                             "their number): one runner per core keeps each one's emulators "
+                             "in that core's caches (default: not pinned)")
     parser.add_argument("--runner-id", default=None)
     parser.add_argument("--run-id", default=None, help="default: a fresh uuid")
     parser.add_argument("--max-steps", type=int, default=None, help="round trips in total")
@@ -257,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             args.address, args.env, args.num_envs, seed=args.seed, runner_id=args.runner_id,
             run_id=args.run_id, stop_event=stop_event, max_steps=args.max_steps,
             auth_token=token, tls=tls, max_backoff_s=args.max_backoff_s,
-            timeout_s=args.timeout_s, logdir=args.logdir, groups=args.groups,
+            timeout_s=args.timeout_s, logdir=args.logdir, groups=args.groups, cpu=args.cpu,
         )
     except (InferenceRejectedError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
