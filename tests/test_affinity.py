@@ -33,7 +33,7 @@ print(cpu, allowed[int(sys.argv[1]) % len(allowed)], sorted(os.sched_getaffinity
 @pytest.mark.parametrize("index", [0, 1, 5])
 def test_a_pinned_process_and_its_later_threads_run_on_one_cpu(index):
     ran = subprocess.run([sys.executable, "-c", _PIN_SCRIPT, str(index)], capture_output=True,
-                         text=True, timeout=60, cwd=ROOT, env={**os.environ,
+                         text=True, timeout=120, cwd=ROOT, env={**os.environ,
                                                                "PYTHONPATH": str(ROOT)})
     assert ran.returncode == 0, ran.stderr
     cpu, expected, process, thread = ran.stdout.split(maxsplit=3)

@@ -174,12 +174,14 @@ def test_a_runner_sending_whole_stacks_to_a_stacking_service_is_told_why():
     try:
         hello = wire.Hello("r", "run", 2, (84, 84, 4), np.uint8, spec.actions.num_values)
         client = RemoteInference(service.address, hello, timeout_s=30)
-        with pytest.raises(grpc.RpcError) as error:
-            client(_whole_stacks(2))
+        try:
+            with pytest.raises(grpc.RpcError) as error:
+                client(_whole_stacks(2))
+        finally:
+            client.close()
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "stacks frames itself" in error.value.details()
         assert "stack=1" in error.value.details()
-        client.close()
     finally:
         service.stop(grace_s=0.2)
         server.close()
