@@ -156,6 +156,38 @@ def test_same_seed_replays_the_same_episodes():
     assert not all(np.array_equal(x, y) for x, y in zip(obs_a, obs_c, strict=True))
 
 
+def test_environments_sharing_step_buffers_see_what_each_sees_alone():
+    # Every environment a thread steps shares that thread's screens and resize buffers
+    # (`_step_scratch`); stepped in turn, or on two threads at once, each must still make
+    # exactly the observations it makes stepped alone.
+    import threading
+
+    actions = np.random.default_rng(1).integers(0, 6, 120)
+    seeds = [5, 6, 7]
+
+    def alone(seed: int) -> list[np.ndarray]:
+        env = _make("Pong,stack=2,max_frames=200", seed=seed)
+        return [env.step(a).observation for a in actions]
+
+    expected = [alone(seed) for seed in seeds]
+    envs = [_make("Pong,stack=2,max_frames=200", seed=seed) for seed in seeds]
+    in_turn: list[list[np.ndarray]] = [[] for _ in seeds]
+    for a in actions:
+        for env, out in zip(envs, in_turn, strict=True):
+            out.append(env.step(a).observation)
+    threaded: dict[int, list[np.ndarray]] = {}
+    threads = [threading.Thread(target=lambda s=seed: threaded.__setitem__(s, alone(s)))
+               for seed in seeds]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for i, seed in enumerate(seeds):
+        for got in (in_turn[i], threaded[seed]):
+            assert all(np.array_equal(x, y) for x, y in zip(got, expected[i], strict=True))
+    assert not np.array_equal(expected[0][-1], expected[1][-1])  # They differ at all.
+
+
 @pytest.mark.parametrize("sticky", [0.0, 0.25, 1.0])
 def test_sticky_action_probability_reaches_ale(sticky):
     env = _make(f"pong,sticky={sticky}")

@@ -45,6 +45,7 @@ import dataclasses
 import difflib
 import functools
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -296,6 +297,39 @@ class _AreaResize:
         np.copyto(out, self._out, casting="unsafe")
 
 
+class _StepScratch:
+    """The buffers one step writes and reads back before it returns: the grayscale screens
+    it pools and the resize's float32 working images (~280 KB for a 210x160 screen).
+
+    Nothing in them outlives a step (the step's frame is copied out), so every environment
+    that one thread steps shares one set: a runner stepping 256 environments in turn then
+    keeps ~280 KB hot in its core's cache instead of cycling 256 x 280 KB through it.
+    Measured here (2-core EPYC, Pong environments stepped in turn with random actions, CPU
+    per step): 128, 256 and 384 single-frame environments 287 us with a set each, 278-281
+    shared (268-272 for a lone environment); with 4-frame stacks 292-295 against 281-282.
+    """
+
+    def __init__(self, height: int, width: int):
+        self.screen = np.empty((height, width), np.uint8)
+        self.previous_screen = np.empty((height, width), np.uint8)
+        self.resize = _AreaResize((height, width), (SCREEN_SIZE, SCREEN_SIZE))
+
+
+_THREAD_SCRATCH = threading.local()
+
+
+def _step_scratch(height: int, width: int) -> _StepScratch:
+    """This thread's `_StepScratch` for screens of that size (threads never share one:
+    environments stepped on different threads at once must not write the same buffers)."""
+    by_size = getattr(_THREAD_SCRATCH, "by_size", None)
+    if by_size is None:
+        by_size = _THREAD_SCRATCH.by_size = {}
+    scratch = by_size.get((height, width))
+    if scratch is None:
+        scratch = by_size[height, width] = _StepScratch(height, width)
+    return scratch
+
+
 # --- environment --------------------------------------------------------------------------
 
 
@@ -341,9 +375,7 @@ class AtariEnvironment(dm_env.Environment):
             raise ValueError(f"fire=1: {config.game} has no FIRE action to press after a reset.")
 
         height, width = ale.getScreenDims()
-        self._screen = np.empty((height, width), np.uint8)
-        self._previous_screen = np.empty((height, width), np.uint8)
-        self._resize = _AreaResize((height, width), (SCREEN_SIZE, SCREEN_SIZE))
+        self._screen_size = (height, width)  # Its step buffers: `_step_scratch`.
         self._frame = np.empty((SCREEN_SIZE, SCREEN_SIZE), np.uint8)
         self._observation_shape = (SCREEN_SIZE, SCREEN_SIZE, config.frame_stack)
         self._observation: np.ndarray | None = None
@@ -375,6 +407,8 @@ class AtariEnvironment(dm_env.Environment):
         the config says so and there were two.
         """
         ale = self._ale
+        scratch = _step_scratch(*self._screen_size)
+        screen = scratch.screen
         # The frame whose screen is kept for pooling with the last; -1: none.
         pool_from = frames - 2 if self._config.max_pool else -1
         reward = 0
@@ -382,13 +416,13 @@ class AtariEnvironment(dm_env.Environment):
         for frame in range(frames):
             reward += ale.act(action)
             if frame == pool_from:
-                ale.getScreenGrayscale(self._previous_screen)
+                ale.getScreenGrayscale(scratch.previous_screen)
             if ale.game_over():
                 break
-        ale.getScreenGrayscale(self._screen)
+        ale.getScreenGrayscale(screen)
         if 0 <= pool_from <= frame:
-            np.maximum(self._screen, self._previous_screen, out=self._screen)
-        self._resize(self._screen, self._frame)
+            np.maximum(screen, scratch.previous_screen, out=screen)
+        scratch.resize(screen, self._frame)
         return reward
 
     def _restart_stack(self) -> np.ndarray:
