@@ -169,3 +169,42 @@ def test_train_takes_an_import_path_and_its_config_overrides(plugin, tmp_path, c
     assert status == 2 and "does not import" in capsys.readouterr().err
     status = cli.main(["eval", "--agent", "nothing", "--logdir", str(tmp_path)])
     assert status == 2 and "Unknown agent 'nothing'" in capsys.readouterr().err
+
+
+def test_the_command_line_parses_and_helps_without_tensorflow():
+    # The builders import TensorFlow and Reverb (seconds of CPU); parsing, `--help` and a
+    # bad flag need only the configs, so a user is answered at once.
+    script = textwrap.dedent("""
+        import contextlib, io, sys
+        from launch.commands import cli
+        args = cli.build_parser().parse_args(["train", "--agent", "r2d2", "--set", "lr=1"])
+        assert args.agent == "r2d2", args
+        for argv in (["--help"], ["train", "--help"], ["train", "--no-such-flag"]):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                try:
+                    cli.main(argv)
+                except SystemExit:
+                    pass
+            text = out.getvalue()
+            assert "target_update_period=" in text or "--no-such-flag" in text or (
+                "train" in text), text
+            print(argv[-1], "target_update_period=" in text)
+        print("tensorflow" in sys.modules, "reverb" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    assert "--help True" in lines  # `train --help` lists the configs' fields
+    assert lines[-2] == "False False", out.stdout
+
+
+def test_the_shipped_configs_are_the_builders_configs():
+    from launch.commands import cli
+    from launch.commands.agents import builtin_agents, builtin_configs
+
+    agents = builtin_agents()
+    assert {name: config for name, (_, config) in agents.items()} == builtin_configs()
+    assert cli.AGENTS == agents
+    assert sorted(agents) == ["bc", "cql", "d4pg", "r2d2", "sac", "vtrace"]

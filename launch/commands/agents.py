@@ -35,14 +35,12 @@ ENTRY_POINT_GROUP = "seed_agents.agents"
 """Where installed packages register builders: name -> "package.module:Builder"."""
 
 
-def builtin_agents() -> dict[str, tuple[type, type]]:
-    """name -> (builder type, config type) of the agents seed-agents ships."""
-    from builders.bc import BCBuilder
-    from builders.cql import CQLBuilder
-    from builders.d4pg import D4PGBuilder
-    from builders.r2d2 import R2D2Builder
-    from builders.sac import SACBuilder
-    from builders.vtrace import VTraceBuilder
+def builtin_configs() -> dict[str, type]:
+    """name -> config type of the agents seed-agents ships, in `builtin_agents`' order.
+
+    Configs are plain dataclasses that import no TensorFlow: `seed-agents --help` lists
+    their fields, and a command line that only parses starts in a fraction of a second.
+    """
     from seed_agents.agents.bc.config import BCConfig
     from seed_agents.agents.cql.config import CQLConfig
     from seed_agents.agents.d4pg.config import D4PGConfig
@@ -50,14 +48,23 @@ def builtin_agents() -> dict[str, tuple[type, type]]:
     from seed_agents.agents.sac.config import SACConfig
     from seed_agents.agents.vtrace.config import VTraceConfig
 
-    return {
-        "vtrace": (VTraceBuilder, VTraceConfig),
-        "r2d2": (R2D2Builder, R2D2Config),
-        "sac": (SACBuilder, SACConfig),
-        "d4pg": (D4PGBuilder, D4PGConfig),
-        "bc": (BCBuilder, BCConfig),
-        "cql": (CQLBuilder, CQLConfig),
-    }
+    return {"vtrace": VTraceConfig, "r2d2": R2D2Config, "sac": SACConfig,
+            "d4pg": D4PGConfig, "bc": BCConfig, "cql": CQLConfig}
+
+
+def builtin_agents() -> dict[str, tuple[type, type]]:
+    """name -> (builder type, config type) of the agents seed-agents ships. Imports the
+    builders, and with them TensorFlow and Reverb."""
+    from builders.bc import BCBuilder
+    from builders.cql import CQLBuilder
+    from builders.d4pg import D4PGBuilder
+    from builders.r2d2 import R2D2Builder
+    from builders.sac import SACBuilder
+    from builders.vtrace import VTraceBuilder
+
+    builders = {"vtrace": VTraceBuilder, "r2d2": R2D2Builder, "sac": SACBuilder,
+                "d4pg": D4PGBuilder, "bc": BCBuilder, "cql": CQLBuilder}
+    return {name: (builders[name], config) for name, config in builtin_configs().items()}
 
 
 def registered_agents() -> dict[str, str]:

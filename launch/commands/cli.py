@@ -9,15 +9,21 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is first imported
 
-from builders.base import AgentBuilder  # noqa: E402
 from launch.backends.inprocess import run_inprocess  # noqa: E402
 from launch.backends.local_mp import run_local_mp  # noqa: E402
 from launch.backends.ray import run_ray  # noqa: E402 - imports Ray only when run
 from launch.commands import Agents, add_parsers  # noqa: E402
-from launch.commands.agents import agent_table, builtin_agents, make_builder, resolve_agent  # noqa: E402
+from launch.commands.agents import (  # noqa: E402
+    agent_table,
+    builtin_agents,
+    builtin_configs,
+    make_builder,
+    resolve_agent,
+)
 from launch.commands.evaluation import run_eval  # noqa: E402
 from launch.commands.export import run_export  # noqa: E402
 from launch.commands.plotting import run_plot  # noqa: E402
@@ -33,8 +39,6 @@ from seed_agents.inference.security import (  # noqa: E402
 from seed_agents.utils.checkpointing import has_learner_checkpoint, learner_directory  # noqa: E402
 from seed_agents.utils.overrides import parse_overrides  # noqa: E402
 
-AGENTS: dict[str, tuple[type, type]] = builtin_agents()
-"""The shipped agents; `--agent` also takes plug-ins and import paths (`agents`)."""
 BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
 COMMANDS: dict[str, Callable[[argparse.Namespace, Agents], int]] = {
     "eval": run_eval, "export": run_export, "record": run_record, "plot": run_plot,
@@ -51,9 +55,38 @@ PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
 """Named settings per agent, applied before `--set` (see seed_agents/agents/*/presets.py)."""
 
 
+if TYPE_CHECKING:
+    from builders.base import AgentBuilder
+
+# The shipped agents' builders import TensorFlow and Reverb (seconds of CPU): the parser
+# needs only their configs (`builtin_configs`), so the builders are imported when an
+# agent is built, and `--help` or a bad flag answers at once.
+
+
+@functools.cache
+def _agents() -> dict[str, tuple[type, type]]:
+    return builtin_agents()
+
+
+def __getattr__(name: str):
+    # `AGENTS`, the shipped agents (name -> (builder, config)), imported on first use.
+    if name == "AGENTS":
+        return _agents()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _config_help(config_type: type) -> str:
-    defaults = config_type()
-    rows = [f"  {f.name}={getattr(defaults, f.name)!r}" for f in dataclasses.fields(config_type)]
+    # The fields' declared defaults, not an instance: a config validates itself on
+    # construction (its torso against the table, which imports TensorFlow).
+    rows = []
+    for f in dataclasses.fields(config_type):
+        if f.default is not dataclasses.MISSING:
+            default = repr(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = repr(f.default_factory())
+        else:
+            default = "(required)"
+        rows.append(f"  {f.name}={default}")
     return "\n".join(rows)
 
 
@@ -66,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     epilog = "\n".join(
         f"{name} config fields (override with --set key=value):\n{_config_help(cfg)}"
-        for name, (_, cfg) in AGENTS.items()
+        for name, cfg in builtin_configs().items()
     )
     train = commands.add_parser(
         "train",
@@ -76,9 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument("--agent", default="vtrace", metavar="AGENT",
-                       help=f"the agent to train: {', '.join(sorted(AGENTS))}, a plug-in's "
-                            "name (entry-point group seed_agents.agents) or a builder's "
-                            "import path, package.module:Builder (default: vtrace)")
+                       help=f"the agent to train: {', '.join(sorted(builtin_configs()))}, "
+                            "a plug-in's name (entry-point group seed_agents.agents) or a "
+                            "builder's import path, package.module:Builder (default: vtrace)")
     train.add_argument("--env", default="gym:CartPole-v1",
                        help="environment id: gym:<gymnasium id>, atari:<game>[,key=value...], "
                             "dmc:<domain>-<task>, mask:<indices>:<id> or fake:key=value,... "
@@ -205,7 +238,7 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
     Raises:
       ValueError, TypeError: For a bad config override or experiment setting.
     """
-    builder_type, config_type = resolve_agent(args.agent, AGENTS)
+    builder_type, config_type = resolve_agent(args.agent, _agents())
     overrides = list(args.overrides)
     if args.preset is not None:
         presets = PRESETS.get(args.agent, {})
@@ -227,7 +260,7 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         security["tls"] = TLSConfig(args.tls_cert, args.tls_key, args.tls_ca,
                                     args.tls_server_name or None)
     runners, envs_per_runner = builder.default_layout
-    name = args.agent if args.agent in AGENTS else builder_type.__name__.lower()
+    name = args.agent if args.agent in builtin_configs() else builder_type.__name__.lower()
     logdir = args.logdir or f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.resume_if_checkpointed and not args.logdir:
         raise ValueError("--resume-if-checkpointed continues the run in --logdir: name it.")

@@ -28,7 +28,6 @@ import tree
 from launch.commands import Agents, failing, quiet_tensorflow
 from launch.restore import RestoredRun, load_run
 from seed_agents.inference.protocol import FIRST, LAST, StepBatch
-from seed_agents.replay import unrolls
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +77,7 @@ def record_episodes(
     from seed_agents.datasets import DatasetSpec, DatasetWriter, EpisodeRecorder
     from seed_agents.envs import environment_factory
     from seed_agents.inference.runner import EnvRunner
+    from seed_agents.replay import unrolls
     from seed_agents.specs import is_discrete
 
     if episodes < 1:
