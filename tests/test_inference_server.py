@@ -172,6 +172,32 @@ def test_connect_beyond_capacity_fails_clearly(setup):
         setup.server.connect("c", 0)
 
 
+def test_clients_get_the_lowest_contiguous_ascending_slots_after_others_leave():
+    # A runner restarted mid-run gets one ascending run of slots whenever one is free,
+    # so that frame stacks shift in place (`FrameStacks.push`) rather than being gathered.
+    setup = Setup(max_envs=16, max_batch_size=16)
+    try:
+        connect = setup.server.connect
+        assert connect("a", 4).tolist() == [0, 1, 2, 3]
+        assert connect("b", 4).tolist() == [4, 5, 6, 7]
+        assert connect("c", 4).tolist() == [8, 9, 10, 11]
+        setup.server.disconnect("b")
+        setup.server.disconnect("a")
+        assert connect("d", 6).tolist() == [0, 1, 2, 3, 4, 5]
+        assert connect("e", 2).tolist() == [6, 7]
+        assert connect("f", 3).tolist() == [12, 13, 14]  # The first run of 3 free.
+        setup.server.disconnect("d")
+        setup.server.disconnect("f")
+        # No run of 9 is free (0-5 and 12-15): the lowest free slots, ascending.
+        assert connect("g", 9).tolist() == [0, 1, 2, 3, 4, 5, 12, 13, 14]
+        np.testing.assert_array_equal(
+            setup.server.step("g", batch(np.zeros((9, 2)), [FIRST] * 9)), [0] * 9)
+        with pytest.raises(ValueError, match="1 of max_envs=16 slots are free"):
+            connect("h", 2)
+    finally:
+        setup.close()
+
+
 def test_many_runner_threads_are_batched_together():
     setup = Setup(max_envs=64, max_batch_size=64, max_wait_ms=50.0)
     try:

@@ -178,7 +178,7 @@ class InferenceServer:
         # stepping its environments in groups connects one client per group under one
         # run_id, and while one group steps only the other can be waiting.
         self._runs: dict[str, int] = {}
-        self._free_slots = list(range(n - 1, -1, -1))
+        self._free = np.ones(n, bool)  # Slots no client holds (`_take_slots`).
         self._needs_reset = np.zeros(n, bool)
         self._batcher = DynamicBatcher(
             self._process,
@@ -209,12 +209,7 @@ class InferenceServer:
         with self._lock:
             if client_id in self._clients:
                 self._release_locked(client_id)
-            if num_envs > len(self._free_slots):
-                raise ValueError(
-                    f"Cannot connect {num_envs} environments: {len(self._free_slots)} of "
-                    f"max_envs={self._config.max_envs} slots are free."
-                )
-            slots = np.array([self._free_slots.pop() for _ in range(num_envs)], np.int64)
+            slots = self._take_slots(num_envs)
             self._needs_reset[slots] = True
             self._clients[client_id] = _Client(client_id, slots, run_id)
             self._runs[run_id] = self._runs.get(run_id, 0) + 1
@@ -231,9 +226,28 @@ class InferenceServer:
             if client is not None and (run_id is None or client.run_id == run_id):
                 self._release_locked(client_id)
 
+    def _take_slots(self, n: int) -> np.ndarray:
+        """The lowest run of `n` consecutive free slots, or else the lowest `n` free ones,
+        ascending; marked taken (the lock held).
+
+        A client's slots are one contiguous ascending run whenever one is free, also after
+        other clients came and went (a runner restarted in a long run): its frame stacks
+        then shift in place (`FrameStacks.push`) instead of being gathered and scattered.
+        """
+        free = np.flatnonzero(self._free)
+        if n > len(free):
+            raise ValueError(f"Cannot connect {n} environments: {len(free)} of "
+                             f"max_envs={self._config.max_envs} slots are free.")
+        # free[i:i + n] is consecutive exactly when its last minus its first is n - 1.
+        runs = np.flatnonzero(free[n - 1:] - free[:len(free) - n + 1] == n - 1)
+        start = int(runs[0]) if runs.size else 0
+        slots = free[start:start + n].astype(np.int64)
+        self._free[slots] = False
+        return slots
+
     def _release_locked(self, client_id: str) -> None:
         client = self._clients.pop(client_id)
-        self._free_slots.extend(client.slots.tolist())
+        self._free[client.slots] = True
         left = self._runs.pop(client.run_id) - 1
         if left:
             self._runs[client.run_id] = left
