@@ -35,9 +35,9 @@ class FrameStacks:
     `push` is the whole interface: it shifts the named slots' stacks by one frame, writes
     the new frames last, and restarts (every frame the new one, as `AtariEnvironment` does
     after a reset) the slots whose step is an episode's first. Slots that form a
-    contiguous ascending run, as a runner's slots do on a fresh server, are shifted in
-    place by one memmove and returned as a view; any other set is gathered, shifted and
-    written back.
+    contiguous ascending run, as a client's slots do whenever the server had such a run
+    free (`InferenceServer._take_slots`), are shifted in place by one memmove and
+    returned as a view; any other set is gathered, shifted and written back.
     """
 
     def __init__(self, num_slots: int, stacked_shape: Sequence[int], dtype: DTypeLike,
