@@ -92,7 +92,112 @@ def learner_busy_fraction(logdir: str) -> float | None:
     return round(1.0 - float(np.mean(waits)), 3) if waits else None
 
 
+def measure_game(*, game: str, protocol: str, frames: int, seed: int, minutes: float,
+                 logdir: str, resume: bool, preset: str = "atari_ppo",
+                 overrides: list[str] | tuple[str, ...] = (), env_options: str = "",
+                 target: float | None = None, milestones: tuple[float, ...] = (),
+                 runners: int = 2, envs_per_runner: int = 32,
+                 baseline_games: int = 3) -> dict:
+    """Trains `game` under `protocol` to `frames` (or `minutes` of the run's wall time, all
+    pieces counted) in `logdir`, and returns the benchmark's JSON record of it.
+
+    `learn_atari5.py` calls this for each of its games; `main` for one.
+    """
+    from seed_agents.agents.vtrace import presets
+
+    config = parse_overrides(VTraceConfig, [*presets.VTRACE_PRESETS[preset], *overrides]
+                             ).for_budget(frames // ACTION_REPEAT)
+    pong = game.lower() == "pong"
+    env_id = protocol_env_id(game, protocol)
+    if env_options.strip(","):
+        env_id = f"{env_id},{env_options.strip(',')}"
+    bench = "learn_pong" if pong else f"learn_atari_{game.lower()}"
+    baseline = random_return(env_id, baseline_games, 10_000 + seed)
+    result = run_local_mp(Experiment(
+        builder=VTraceBuilder(config), environment=env_id, num_runners=runners,
+        envs_per_runner=envs_per_runner, max_env_steps=frames // ACTION_REPEAT,
+        max_wall_s=minutes * 60.0, seed=seed, logdir=logdir, log_every_s=10.0,
+        inference_max_wait_ms=20.0, evaluate_every_s=None, checkpoint_every_s=300.0,
+        resume=resume),
+        stream=sys.stderr)
+    curve = score_curve(logdir)
+    for at, games, mean in curve[:: max(1, len(curve) // 40)]:
+        print(f"frames {at:>11,}  games {games:>6,}  mean return {mean:6.2f}")
+    # No game ended yet (a short piece of a long game): no score, the rest still holds.
+    value = result.mean_return if np.isfinite(result.mean_return) else None
+    ratio = (None if target is None or value is None
+             else round((value - baseline) / (target - baseline), 3))
+    health = feature_health_summary(logdir)
+    return {
+        "bench": bench,
+        "value": None if value is None else round(value, 2),
+        "unit": "return",
+        "game": game,
+        "frames": result.env_steps * ACTION_REPEAT,
+        "frame_budget": frames,
+        "at_budget": result.env_steps * ACTION_REPEAT >= frames,
+        "games": result.episodes,
+        "frames_to": {f"{m:g}": frames_to(curve, m) for m in milestones},
+        "frames_per_s": round(result.env_steps * ACTION_REPEAT / result.wall_s, 1),
+        "wall_s": round(result.wall_s, 1),
+        "learner_busy_frac": learner_busy_fraction(logdir),
+        **health,
+        "stop_reason": result.stop_reason,
+        "protocol": protocol,
+        "env": env_id,
+        "preset": preset,
+        "overrides": list(overrides),
+        "seed": seed,
+        "logdir": logdir,
+        "baseline": round(baseline, 2),
+        "baseline_kind": f"random policy, {baseline_games} games",
+        "target": target,
+        "ratio": ratio,
+        "ratio_kind": "(value - random) / (target - random): 1 meets the target",
+        "machine": machine_report(config.precision),
+    }
+
+
+def feature_health_summary(logdir: str) -> dict:
+    """The learner's last `live_features` and `value_std` (`learner.csv`), and the lowest
+    `live_features` of the run: a run whose network stopped looking at the screen says so
+    in its JSON line."""
+    path = os.path.join(logdir, "learner.csv")
+    live, value_std = [], []
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                for key, into in (("live_features", live), ("value_std", value_std)):
+                    try:
+                        into.append(float(row[key]))
+                    except (KeyError, TypeError, ValueError):
+                        pass
+    return {
+        "live_features_last": round(live[-1], 3) if live else None,
+        "live_features_min": round(min(live), 3) if live else None,
+        "value_std_last": float(f"{value_std[-1]:.3g}") if value_std else None,
+    }
+
+
+def parse_milestones(text: str | None, game: str, target: float | None) -> tuple[float, ...]:
+    """`--milestones` as numbers; by default Pong's 0, 10, 18 or another game's target.
+
+    Raises:
+      ValueError: For a part that is not a number.
+    """
+    if text is not None:
+        try:
+            return tuple(float(m) for m in text.split(",") if m.strip())
+        except ValueError:
+            raise ValueError(f"--milestones takes comma-separated numbers, got {text!r}") from None
+    if game.lower() == "pong":
+        return PONG_MILESTONES
+    return (target,) if target is not None else ()
+
+
 def main() -> None:
+    from seed_agents.agents.vtrace import presets
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=13_000_000, help="emulator frames")
     parser.add_argument("--protocol", choices=sorted(ATARI_PROTOCOLS), default="ale_v5")
@@ -104,7 +209,7 @@ def main() -> None:
     parser.add_argument("--milestones", default=None,
                         help="comma-separated scores to report the frames to "
                              "(Pong: 0,10,18; others: the target)")
-    parser.add_argument("--preset", default="atari_ppo", choices=["atari_ppo", "atari_cpu"])
+    parser.add_argument("--preset", default="atari_ppo", choices=sorted(presets.VTRACE_PRESETS))
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="V-trace config overrides after the preset")
     parser.add_argument("--seed", type=int, default=0)
@@ -116,69 +221,26 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --logdir (same arguments, more --minutes)")
     args = parser.parse_args()
-
-    from seed_agents.agents.vtrace import presets
-
-    preset = {"atari_ppo": presets.ATARI_PPO, "atari_cpu": presets.ATARI_CPU}[args.preset]
-    config = parse_overrides(VTraceConfig, [*preset, *args.overrides]).for_budget(
-        args.frames // ACTION_REPEAT)
     if args.resume and not args.logdir:
         parser.error("--resume continues the run in --logdir: name it.")
     pong = args.game.lower() == "pong"
     target = args.target if args.target is not None else (PONG_TARGET if pong else None)
-    if args.milestones is not None:
-        try:
-            milestones = tuple(float(m) for m in args.milestones.split(",") if m.strip())
-        except ValueError:
-            parser.error(f"--milestones takes comma-separated numbers, got {args.milestones!r}")
-    else:
-        milestones = PONG_MILESTONES if pong else ((target,) if target is not None else ())
-    env_id = protocol_env_id(args.game, args.protocol)
-    if args.env_options.strip(","):
-        env_id = f"{env_id},{args.env_options.strip(',')}"
+    try:
+        milestones = parse_milestones(args.milestones, args.game, target)
+    except ValueError as error:
+        parser.error(str(error))
     bench = "learn_pong" if pong else f"learn_atari_{args.game.lower()}"
     logdir = args.logdir or time.strftime(f"runs/{bench}-%Y%m%d-%H%M%S")
-
-    baseline = random_return(env_id, args.baseline_games, 10_000 + args.seed)
-    result = run_local_mp(Experiment(
-        builder=VTraceBuilder(config), environment=env_id, num_runners=args.runners,
-        envs_per_runner=args.envs_per_runner, max_env_steps=args.frames // ACTION_REPEAT,
-        max_wall_s=args.minutes * 60.0, seed=args.seed, logdir=logdir, log_every_s=10.0,
-        inference_max_wait_ms=20.0, evaluate_every_s=None, checkpoint_every_s=300.0,
-        resume=args.resume),
-        stream=sys.stderr)
-    curve = score_curve(logdir)
-    for frames, games, mean in curve[:: max(1, len(curve) // 40)]:
-        print(f"frames {frames:>11,}  games {games:>6,}  mean return {mean:6.2f}")
-    if not np.isfinite(result.mean_return):
-        raise SystemExit(f"No game of {args.game} ended within the run ({result.env_steps:,} env "
-                         "steps): give it more frames or minutes.")
-    value = result.mean_return
-    ratio = None if target is None else round((value - baseline) / (target - baseline), 3)
-    print(json.dumps({
-        "bench": bench,
-        "value": round(value, 2),
-        "unit": "return",
-        "frames": result.env_steps * ACTION_REPEAT,
-        "frame_budget": args.frames,
-        "games": result.episodes,
-        "frames_to": {f"{m:g}": frames_to(curve, m) for m in milestones},
-        "frames_per_s": round(result.env_steps * ACTION_REPEAT / result.wall_s, 1),
-        "learner_busy_frac": learner_busy_fraction(logdir),
-        "stop_reason": result.stop_reason,
-        "protocol": args.protocol,
-        "env": env_id,
-        "preset": args.preset,
-        "overrides": args.overrides,
-        "seed": args.seed,
-        "logdir": logdir,
-        "baseline": round(baseline, 2),
-        "baseline_kind": f"random policy, {args.baseline_games} games",
-        "target": target,
-        "ratio": ratio,
-        "ratio_kind": "(value - random) / (target - random): 1 meets the target",
-        "machine": machine_report(config.precision),
-    }))
+    record = measure_game(
+        game=args.game, protocol=args.protocol, frames=args.frames, seed=args.seed,
+        minutes=args.minutes, logdir=logdir, resume=args.resume, preset=args.preset,
+        overrides=args.overrides, env_options=args.env_options, target=target,
+        milestones=milestones, runners=args.runners, envs_per_runner=args.envs_per_runner,
+        baseline_games=args.baseline_games)
+    if record["value"] is None:
+        raise SystemExit(f"No game of {args.game} ended within the run ({record['frames']:,} "
+                         "frames): give it more frames or minutes.")
+    print(json.dumps(record))
 
 
 if __name__ == "__main__":

@@ -53,6 +53,10 @@ class AgentBuilder(abc.ABC):
     #: no runners (the offline agents: see builders/offline.py).
     requires_dataset: bool = False
 
+    #: Whether the learner logs `live_features` (`seed_agents.networks.health`): the run's
+    #: progress line then shows it from its first row, and a collapse is warned about.
+    logs_feature_health: bool = False
+
     #: (runners, environments per runner) the command line uses when not told: many
     #: environments for on-policy agents on cheap tasks; see the continuous builders.
     default_layout: tuple[int, int] = (4, 16)

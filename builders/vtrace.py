@@ -27,6 +27,7 @@ class VTraceBuilder(AgentBuilder):
     # The queue holds unrolls of the policy of the moment: after a restart they would be
     # stale, and the queue refills within seconds. The learner still checkpoints.
     checkpoint_replay: ClassVar[bool] = False
+    logs_feature_health: ClassVar[bool] = True
 
     @property
     def unroll_length(self) -> int:

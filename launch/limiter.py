@@ -211,6 +211,9 @@ class StepLimiter:
                     "learner_steps": int(status.get("learner_steps", 0)),
                     "wall_s": elapsed,
                     **{k: v for k, v in status.items() if k.startswith("restarts")},
+                    # The learner's feature health where its agent logs it: a collapse
+                    # (0: the network no longer looks at the observation) shows here.
+                    **{k: status[k] for k in ("live_features",) if k in status},
                 })
                 next_log = now + experiment.log_every_s
             if reason:

@@ -209,18 +209,44 @@ def learner_checkpointer(experiment: Experiment, learner: Any, counter: Any,
     return checkpointer if experiment.checkpointing else None
 
 
-def make_learner_logger(logdir: str | None, append: bool) -> Any:
+def make_learner_logger(logdir: str | None, append: bool, watch: Any = None,
+                        stream: Any = None) -> Any:
     """The learner's logger: `<logdir>/learner.csv` (every step) and TensorBoard events
     in `<logdir>/tb/learner` (at most one row a second: a scalar costs TensorFlow about
     0.1 ms, too much on every step); nothing without a logdir. Shared by the in-process
-    backend and `learner_node`."""
+    backend and `learner_node`.
+
+    With `watch` (a `seed_agents.networks.health.CollapseWatch`), every row also goes to
+    it, and its warning, when a collapse is seen, is printed to `stream` (the node's
+    console) as it happens, logdir or not.
+    """
     from seed_agents.utils.loggers import CSVLogger, Dispatcher, NoOpLogger, TensorBoardLogger
 
     if not logdir:
-        return NoOpLogger()
-    return Dispatcher([CSVLogger(logdir, "learner", append=append),
-                       TensorBoardLogger(logdir, "learner", step_key="learner_steps",
-                                         every_s=1.0)])
+        logger = NoOpLogger()
+    else:
+        logger = Dispatcher([CSVLogger(logdir, "learner", append=append),
+                             TensorBoardLogger(logdir, "learner", step_key="learner_steps",
+                                               every_s=1.0)])
+    return logger if watch is None else WatchedLogger(logger, watch, stream)
+
+
+class WatchedLogger:
+    """A logger that also shows each row to a `CollapseWatch` and prints what it warns."""
+
+    def __init__(self, logger: Any, watch: Any, stream: Any = None):
+        self._logger = logger
+        self._watch = watch
+        self._stream = stream
+
+    def write(self, data: Any) -> None:
+        self._logger.write(data)
+        warning = self._watch.observe(data)
+        if warning is not None:
+            print(warning, file=self._stream or sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self._logger.close()
 
 
 def start_recording(experiment: Experiment, spec: Any, policy: Any, stream: Any) -> Any:
@@ -278,6 +304,7 @@ def learner_node(context: NodeContext, experiment: Experiment, restart: int = 0,
     from launch.limiter import program_figures, program_status, start_program_rates
     from seed_agents.datasets import RecordingAdder
     from seed_agents.inference.server import EpisodeStats, InferenceConfig
+    from seed_agents.networks.health import LIVE_FEATURES, CollapseWatch
     from seed_agents.utils.checkpointing import replay_items, run_learner
     from seed_agents.utils.counting import Counter, RunClock
     from seed_agents.utils.gc_tuning import gc_for_serving
@@ -292,7 +319,9 @@ def learner_node(context: NodeContext, experiment: Experiment, restart: int = 0,
     # Read before the learner's dataset samples and before runners (who need the
     # inference service published below) insert: the count is what the replay restored.
     items = replay_items(client) if experiment.resume else 0
-    learner_logger = make_learner_logger(context.logdir, experiment.resume or restart > 0)
+    watch = CollapseWatch()
+    learner_logger = make_learner_logger(context.logdir, experiment.resume or restart > 0,
+                                         watch, context.out)
     learner = builder.make_learner(networks, replay.address, counter, learner_logger)
     inference = service = recorder = adder = None
     state: dict[str, Any] = {"episodes": stats, "clock": clock}
@@ -331,6 +360,9 @@ def learner_node(context: NodeContext, experiment: Experiment, restart: int = 0,
 
     def status() -> dict[str, Any]:
         episodes = inference.status() if inference is not None else stats.summary()
+        if builder.logs_feature_health:  # for the progress line; NaN before a first step
+            episodes = {**episodes, LIVE_FEATURES: (float("nan") if watch.latest is None
+                                                    else watch.latest)}
         return program_status(counter, {**episodes, "resumed_wall_s": clock.before_s},
                               rates.overall if rates is not None else None)
 

@@ -52,6 +52,9 @@ def test_inprocess_run_acts_learns_and_logs(tmp_path, inference, envs_per_runner
     assert int(rows[-1]["env_steps"]) >= 3_000
     assert (tmp_path / "learner.csv").exists()
     assert "logs: " + str(tmp_path) in result.summary()
+    # The progress rows carry the learner's feature health once it has stepped.
+    stepped = [row for row in rows if int(row["learner_steps"]) > 0]
+    assert stepped and all(0.0 < float(row["live_features"]) <= 1.0 for row in stepped)
 
 
 def test_runner_processes_train_through_grpc(tmp_path):

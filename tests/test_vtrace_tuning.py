@@ -531,3 +531,19 @@ def _preset_docstring(module, name: str) -> str:
         if any(getattr(t, "id", None) == name for t in targets):
             return " ".join(following.value.value.split())
     raise AssertionError(f"{name} has no docstring")
+
+
+# ---------------------------------------------------------------------- feature health
+
+
+def test_the_learner_logs_whether_its_features_still_depend_on_the_observation(served):
+    spec, batches = served
+    config = _config()
+    healthy = _learner(_network(spec, config), batches, config).step()
+    assert 0.0 < healthy["live_features"] <= 1.0 and healthy["feature_std"] > 0.0
+    dead = _network(spec, config)
+    for layer in [*dead._torso, *dead._value_torso]:  # every ReLU below 0 for every input
+        layer.bias.assign(tf.fill(layer.bias.shape, -1e3))
+    collapsed = _learner(dead, batches, config).step()
+    assert collapsed["live_features"] == 0.0 and collapsed["feature_std"] == 0.0
+    assert collapsed["value_std"] < 1e-6  # the same value for every state

@@ -16,6 +16,7 @@ from seed_agents.learning.batches import Batches
 from seed_agents.learning.optimizers import built
 from seed_agents.losses import policy_gradient as losses
 from seed_agents.losses.vtrace import VTraceReturns, vtrace_returns
+from seed_agents.networks.health import feature_health
 from seed_agents.replay import unrolls
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import Logger, NoOpLogger
@@ -43,6 +44,7 @@ class _Forward(NamedTuple):
     behaviour_logits: tf.Tensor
     log_rhos: tf.Tensor
     returns: VTraceReturns
+    features: tf.Tensor  # what the heads read, [T+1, B, F]
 
 
 def adapt_learning_rate(learning_rate: float, kl: float, kl_target: float, factor: float,
@@ -163,7 +165,7 @@ class VTraceLearner(core.Learner):
         }
         step_type = tf.cast(rows[unrolls.STEP_TYPE], tf.int32)
         state = data.get(unrolls.START_STATE, ())
-        logits, head = self._network.unroll(
+        logits, head, features = self._network.unroll_with_features(
             rows[unrolls.OBSERVATION], rows[unrolls.PREV_ACTION], step_type == _FIRST, state
         )
         values = head
@@ -192,7 +194,7 @@ class VTraceLearner(core.Learner):
             lambda_=c.vtrace_lambda,
         )
         return _Forward(rows, head, values, actions, rewards, discounts, mask, target_logits,
-                        behaviour_logits, log_rhos, returns)
+                        behaviour_logits, log_rhos, returns, features)
 
     def _loss(self, data: dict[str, Any]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
         c = self._config
@@ -231,6 +233,7 @@ class VTraceLearner(core.Learner):
             # output no longer depends on its input (e.g. every first-layer ReLU dead).
             "value_std": tf.math.reduce_std(values),
             "explained_variance": losses.explained_variance(returns.vs, values[:-1], mask),
+            **feature_health(f.features[:-1], mask),
             _VALID_ROWS: tf.reduce_sum(mask),
         }
         extras = f.rows[unrolls.EXTRAS]

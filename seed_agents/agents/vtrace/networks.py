@@ -144,6 +144,18 @@ class PolicyValueNetwork(tf.Module):
         The recurrent state is reset to the initial state wherever `first` is true, exactly
         as the server does when it acts, so learner and actor see the same computation.
         """
+        logits, values, _ = self.unroll_with_features(observation, prev_action, first, state)
+        return logits, values
+
+    def unroll_with_features(
+        self, observation: tf.Tensor, prev_action: tf.Tensor, first: tf.Tensor, state: Any
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """`unroll`, plus the features the policy head read: [T, B, F].
+
+        The learner watches them (`feature_health`): a network whose features stop
+        depending on the observation acts and values every state alike, and its losses
+        alone do not show it.
+        """
         t, b = tf.shape(observation)[0], tf.shape(observation)[1]
         merged = tf.reshape(observation, tf.concat([[t * b], tf.shape(observation)[2:]], 0))
         x, v = self._embed(merged)
@@ -154,7 +166,8 @@ class PolicyValueNetwork(tf.Module):
                 self._core, self._core_input(x, prev_action), first, tuple(state)
             )
             v = x
-        return self._heads(x, v)
+        logits, values = self._heads(x, v)
+        return logits, values, x
 
 
 class ValueNormalizer(tf.Module):
