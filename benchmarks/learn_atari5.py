@@ -18,7 +18,9 @@ session, a lent machine's next ten minutes), carries on where the last piece sto
 `--report` trains nothing and prints what the pieces left.
 
 Prints each game's JSON line as `learn_pong.py` does (its 100-game mean at the budget, the
-random policy's, frames/s, the learner's feature health), each game's human-normalized
+random policy's, frames/s, the learner's feature health; `target` and `ratio` against
+Rainbow's score at 10M frames, `frames_to` when the 100-game mean reached it), each game's
+human-normalized
 score (HNS = 100 (score - random) / (human - random)), and, last, one JSON line: `value` is
 the Atari-5 estimate of the median HNS over 57 games,
 10 ** (sum_i w_i log10(1 + max(HNS_i, 0))) - 1, in %, once all five games are at their
@@ -100,9 +102,10 @@ def estimate_record(results: dict[str, dict], frame_budget: int, protocol: str,
         "value": value,
         "unit": "% median human-normalized score (Atari-5 estimate)",
         "complete": complete,
-        "games": {game: {"score": scores.get(game),
-                         "hns": (round(human_normalized(game, scores[game]), 2)
-                                 if game in scores else None),
+        "games": {game: {"score": results.get(game, {}).get("value"),
+                         "hns": (None if results.get(game, {}).get("value") is None else
+                                 round(human_normalized(game, results[game]["value"]), 2)),
+                         "at_budget": game in done,
                          "frames": results.get(game, {}).get("frames"),
                          "weight": ATARI5_WEIGHTS[game],
                          "random": REFERENCE_SCORES[game].random,
@@ -154,10 +157,11 @@ def main() -> None:
                 and left_min >= MIN_PIECE_MINUTES):
             started = os.path.exists(os.path.join(logdir, "run.json"))
             minutes = prior_wall_s(logdir) / 60.0 + left_min
+            rainbow = ATARI5_ANCHORS_10M["Rainbow"][game]
             record = measure_game(
                 game=game, protocol=args.protocol, frames=args.frames, seed=args.seed,
                 minutes=minutes, logdir=logdir, resume=started, preset=args.preset,
-                overrides=args.overrides)
+                overrides=args.overrides, target=rainbow, milestones=(rainbow,))
             if record["at_budget"] and record["value"] is not None:
                 with open(os.path.join(logdir, RESULT_FILE), "w") as f:
                     json.dump(record, f, indent=1)

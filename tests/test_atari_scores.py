@@ -93,7 +93,11 @@ def test_the_benchmark_estimates_only_when_all_five_games_are_at_their_budget(be
     results["Qbert"] = {**results["Qbert"], "frames": 4_000_000, "at_budget": False}
     partial = bench.estimate_record(results, 10_000_000, "ale_v5", seed=1)
     assert partial["complete"] is False and partial["value"] is None
-    assert partial["ratio"] is None and partial["games"]["Qbert"]["score"] is None
+    assert partial["ratio"] is None
+    # The unfinished game's score so far is shown, marked as not at its budget.
+    assert partial["games"]["Qbert"]["score"] == 5207.0
+    assert partial["games"]["Qbert"]["at_budget"] is False
+    assert partial["games"]["BattleZone"]["at_budget"] is True
     assert set(partial["games"]) == set(ATARI5_GAMES)
 
 
