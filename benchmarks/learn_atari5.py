@@ -125,6 +125,18 @@ def estimate_record(results: dict[str, dict], frame_budget: int, protocol: str,
 
 
 def main() -> None:
+    try:
+        run(sys.argv[1:])
+    except KeyboardInterrupt:
+        # The game's run stopped its processes (local_mp re-raises once they are down).
+        print("learn_atari5: interrupted; every process was stopped. The same command "
+              "continues each unfinished game from its newest checkpoint.", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def run(argv: list[str]) -> None:
+    """Parses `argv`, trains this piece's games and prints every game's and the estimate's
+    JSON line."""
     from seed_agents.agents.vtrace import presets
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -141,7 +153,7 @@ def main() -> None:
                         metavar="KEY=VALUE", help="V-trace config overrides after the preset")
     parser.add_argument("--report", action="store_true",
                         help="train nothing: print what the pieces so far left")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     games = [g.strip() for g in args.games.split(",") if g.strip()]
     unknown = [g for g in games if g not in ATARI5_GAMES]
     if unknown:

@@ -1,17 +1,24 @@
-"""Pong's sample efficiency: the score curve of V-trace over a frame budget.
+"""Pong's sample efficiency: the score curve of V-trace (or R2D2) over a frame budget.
 
     python benchmarks/learn_pong.py [--frames 13000000] [--protocol ale_v5|no_sticky_life_loss]
-                                    [--preset atari_ppo] [--seed 0] [--minutes 600]
+                                    [--agent vtrace|r2d2] [--preset atari_ppo|atari]
+                                    [--seed 0] [--minutes 600]
                                     [--game Pong] [--env-options fire=1] [--target 18]
                                     [--logdir DIR [--resume]]
 
 Trains `atari:<game>` (Pong unless `--game` names another) under the named protocol
-(`seed_agents.envs.atari.ATARI_PROTOCOLS`) with the named V-trace preset as local
-processes (the README's Atari data path: runner processes, central inference, the FIFO
-queue), ends the preset's schedules with the frame budget where it has them
-(`anneal_over_budget`; `atari_ppo` adapts its learning rate instead), and reads the run's
-`train.csv` (the mean return of the last 100 games against env steps) back as the score
-curve. Frames are emulator frames: env steps x 4.
+(`seed_agents.envs.atari.ATARI_PROTOCOLS`) with the named preset of the agent as local
+processes (the README's Atari data path: runner processes, central inference, and V-trace's
+FIFO queue or R2D2's prioritized sequences), ends V-trace's schedules with the frame
+budget where it has them (`anneal_over_budget`; `atari_ppo` adapts its learning rate
+instead), and reads the run's `train.csv` (the mean return of the last 100 games against
+env steps) back as the score curve. Frames are emulator frames: env steps x 4.
+
+R2D2's score is its evaluation environments' (`num_eval_envs`, acting with
+`eval_epsilon`: the `atari` preset's 8 environments at Dopamine's epsilon 0.01), whose
+steps are not counted as frames; its JSON adds the replay ratio (`samples_per_insert`,
+and the trained rows per env step it makes, against DQN's 8) and the training
+environments' 100-game mean, which Ape-X's exploration holds lower.
 
 Prints the curve (frames, games, mean return) and, last, one JSON line:
 `value` is the 100-game mean at the end of the run, `frames_to` the frames when that mean
@@ -58,19 +65,57 @@ ACTION_REPEAT = 4
 MIN_GAMES = 100  # the thresholds are read on a 100-game mean, as the anchors' curves are
 
 
-def score_curve(logdir: str) -> list[tuple[int, int, float]]:
+AGENTS = ("vtrace", "r2d2")
+DEFAULT_PRESETS = {"vtrace": "atari_ppo", "r2d2": "atari"}
+DQN_ROWS_PER_ENV_STEP = 8  # DQN's and Rainbow's replay ratio: 32 transitions every 4 steps
+
+
+def agent_presets(agent: str) -> dict[str, tuple[str, ...]]:
+    """The named presets of `agent` ("vtrace" or "r2d2")."""
+    if agent == "vtrace":
+        from seed_agents.agents.vtrace import presets
+
+        return presets.VTRACE_PRESETS
+    from seed_agents.agents.r2d2 import presets
+
+    return presets.R2D2_PRESETS
+
+
+def make_builder(agent: str, preset: str, overrides: list[str] | tuple[str, ...],
+                 env_steps: int):
+    """The agent's builder with `preset`, then `overrides`; V-trace's schedules end with the
+    budget (`VTraceConfig.for_budget`).
+
+    Raises:
+      ValueError: For an unknown agent or preset, or a bad override.
+    """
+    if agent not in AGENTS:
+        raise ValueError(f"agent must be one of {AGENTS}, got {agent!r}.")
+    presets = agent_presets(agent)
+    if preset not in presets:
+        raise ValueError(f"{agent} has no preset {preset!r}; it has {sorted(presets)}.")
+    settings = [*presets[preset], *overrides]
+    if agent == "vtrace":
+        return VTraceBuilder(parse_overrides(VTraceConfig, settings).for_budget(env_steps))
+    from builders.r2d2 import R2D2Builder
+    from seed_agents.agents.r2d2.config import R2D2Config
+
+    return R2D2Builder(parse_overrides(R2D2Config, settings))
+
+
+def score_curve(logdir: str, prefix: str = "") -> list[tuple[int, int, float]]:
     """(frames, games, mean return of the last 100 games) for each row of `train.csv`
-    that has a mean return."""
+    that has a mean return; `prefix="eval_"` reads the evaluation environments' games."""
     curve = []
     with open(os.path.join(logdir, "train.csv"), newline="") as f:
         for row in csv.DictReader(f):
             try:
-                mean = float(row["mean_return"])
-            except (TypeError, ValueError):
+                mean = float(row[f"{prefix}mean_return"])
+                games = int(float(row[f"{prefix}episodes"]))
+            except (KeyError, TypeError, ValueError):
                 continue
             if np.isfinite(mean):
-                curve.append((int(float(row["env_steps"])) * ACTION_REPEAT,
-                              int(float(row["episodes"])), mean))
+                curve.append((int(float(row["env_steps"])) * ACTION_REPEAT, games, mean))
     return curve
 
 
@@ -93,7 +138,7 @@ def learner_busy_fraction(logdir: str) -> float | None:
 
 
 def measure_game(*, game: str, protocol: str, frames: int, seed: int, minutes: float,
-                 logdir: str, resume: bool, preset: str = "atari_ppo",
+                 logdir: str, resume: bool, agent: str = "vtrace", preset: str | None = None,
                  overrides: list[str] | tuple[str, ...] = (), env_options: str = "",
                  target: float | None = None, milestones: tuple[float, ...] = (),
                  runners: int = 2, envs_per_runner: int = 32,
@@ -103,28 +148,34 @@ def measure_game(*, game: str, protocol: str, frames: int, seed: int, minutes: f
 
     `learn_atari5.py` calls this for each of its games; `main` for one.
     """
-    from seed_agents.agents.vtrace import presets
-
-    config = parse_overrides(VTraceConfig, [*presets.VTRACE_PRESETS[preset], *overrides]
-                             ).for_budget(frames // ACTION_REPEAT)
+    preset = preset or DEFAULT_PRESETS[agent]
+    builder = make_builder(agent, preset, overrides, frames // ACTION_REPEAT)
+    config = builder.config
     pong = game.lower() == "pong"
     env_id = protocol_env_id(game, protocol)
     if env_options.strip(","):
         env_id = f"{env_id},{env_options.strip(',')}"
     bench = "learn_pong" if pong else f"learn_atari_{game.lower()}"
+    if agent != "vtrace":
+        bench = f"{bench}_{agent}"
     baseline = random_return(env_id, baseline_games, 10_000 + seed)
     result = run_local_mp(Experiment(
-        builder=VTraceBuilder(config), environment=env_id, num_runners=runners,
+        builder=builder, environment=env_id, num_runners=runners,
         envs_per_runner=envs_per_runner, max_env_steps=frames // ACTION_REPEAT,
         max_wall_s=minutes * 60.0, seed=seed, logdir=logdir, log_every_s=10.0,
         inference_max_wait_ms=20.0, evaluate_every_s=None, checkpoint_every_s=300.0,
         resume=resume),
         stream=sys.stderr)
-    curve = score_curve(logdir)
+    # R2D2 is judged on its evaluation environments' games, as SEED's and Dopamine's
+    # curves are on a small epsilon; its exploring environments' games stand beside.
+    judged = "eval_" if agent == "r2d2" else ""
+    curve = score_curve(logdir, judged)
     for at, games, mean in curve[:: max(1, len(curve) // 40)]:
         print(f"frames {at:>11,}  games {games:>6,}  mean return {mean:6.2f}")
+    score = result.eval_mean_return if judged else result.mean_return
     # No game ended yet (a short piece of a long game): no score, the rest still holds.
-    value = result.mean_return if np.isfinite(result.mean_return) else None
+    value = float(score) if score is not None and np.isfinite(score) else None
+    games = curve[-1][1] if curve else 0
     ratio = (None if target is None or value is None
              else round((value - baseline) / (target - baseline), 3))
     health = feature_health_summary(logdir)
@@ -136,7 +187,7 @@ def measure_game(*, game: str, protocol: str, frames: int, seed: int, minutes: f
         "frames": result.env_steps * ACTION_REPEAT,
         "frame_budget": frames,
         "at_budget": result.env_steps * ACTION_REPEAT >= frames,
-        "games": result.episodes,
+        "games": games,
         "frames_to": {f"{m:g}": frames_to(curve, m) for m in milestones},
         "frames_per_s": round(result.env_steps * ACTION_REPEAT / result.wall_s, 1),
         "wall_s": round(result.wall_s, 1),
@@ -145,8 +196,10 @@ def measure_game(*, game: str, protocol: str, frames: int, seed: int, minutes: f
         "stop_reason": result.stop_reason,
         "protocol": protocol,
         "env": env_id,
+        "agent": agent,
         "preset": preset,
         "overrides": list(overrides),
+        **(replay_figures(config, result.mean_return) if agent == "r2d2" else {}),
         "seed": seed,
         "logdir": logdir,
         "baseline": round(baseline, 2),
@@ -155,6 +208,19 @@ def measure_game(*, game: str, protocol: str, frames: int, seed: int, minutes: f
         "ratio": ratio,
         "ratio_kind": "(value - random) / (target - random): 1 meets the target",
         "machine": machine_report(config.precision),
+    }
+
+
+def replay_figures(config, train_mean_return: float) -> dict:
+    """R2D2's replay ratio as set (sequences sampled per sequence inserted) and the trained
+    rows per env step it makes, beside DQN's 8, and its exploring environments' score."""
+    rows = config.samples_per_insert * config.trace_length / config.sequence_period
+    return {
+        "samples_per_insert": config.samples_per_insert,
+        "trained_rows_per_env_step": round(rows, 3),
+        "dqn_rows_per_env_step": DQN_ROWS_PER_ENV_STEP,
+        "train_mean_return": (round(train_mean_return, 2)
+                              if np.isfinite(train_mean_return) else None),
     }
 
 
@@ -196,8 +262,6 @@ def parse_milestones(text: str | None, game: str, target: float | None) -> tuple
 
 
 def main() -> None:
-    from seed_agents.agents.vtrace import presets
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=13_000_000, help="emulator frames")
     parser.add_argument("--protocol", choices=sorted(ATARI_PROTOCOLS), default="ale_v5")
@@ -209,9 +273,11 @@ def main() -> None:
     parser.add_argument("--milestones", default=None,
                         help="comma-separated scores to report the frames to "
                              "(Pong: 0,10,18; others: the target)")
-    parser.add_argument("--preset", default="atari_ppo", choices=sorted(presets.VTRACE_PRESETS))
+    parser.add_argument("--agent", choices=AGENTS, default="vtrace")
+    parser.add_argument("--preset", default=None,
+                        help="a preset of the agent (default: vtrace atari_ppo, r2d2 atari)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE", help="V-trace config overrides after the preset")
+                        metavar="KEY=VALUE", help="config overrides after the preset")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runners", type=int, default=2)
     parser.add_argument("--envs-per-runner", type=int, default=32)
@@ -223,6 +289,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.resume and not args.logdir:
         parser.error("--resume continues the run in --logdir: name it.")
+    args.preset = args.preset or DEFAULT_PRESETS[args.agent]
+    if args.preset not in agent_presets(args.agent):
+        parser.error(f"--agent {args.agent} has no preset {args.preset!r}; it has "
+                     f"{', '.join(sorted(agent_presets(args.agent)))}.")
     pong = args.game.lower() == "pong"
     target = args.target if args.target is not None else (PONG_TARGET if pong else None)
     try:
@@ -230,13 +300,23 @@ def main() -> None:
     except ValueError as error:
         parser.error(str(error))
     bench = "learn_pong" if pong else f"learn_atari_{args.game.lower()}"
+    if args.agent != "vtrace":
+        bench = f"{bench}_{args.agent}"
     logdir = args.logdir or time.strftime(f"runs/{bench}-%Y%m%d-%H%M%S")
-    record = measure_game(
-        game=args.game, protocol=args.protocol, frames=args.frames, seed=args.seed,
-        minutes=args.minutes, logdir=logdir, resume=args.resume, preset=args.preset,
-        overrides=args.overrides, env_options=args.env_options, target=target,
-        milestones=milestones, runners=args.runners, envs_per_runner=args.envs_per_runner,
-        baseline_games=args.baseline_games)
+    try:
+        record = measure_game(
+            game=args.game, protocol=args.protocol, frames=args.frames, seed=args.seed,
+            minutes=args.minutes, logdir=logdir, resume=args.resume, agent=args.agent,
+            preset=args.preset, overrides=args.overrides, env_options=args.env_options,
+            target=target, milestones=milestones, runners=args.runners,
+            envs_per_runner=args.envs_per_runner, baseline_games=args.baseline_games)
+    except KeyboardInterrupt:
+        # The run stopped its processes (local_mp re-raises once they are down): say how
+        # to go on rather than print a traceback.
+        print(f"learn_pong: interrupted; every process was stopped. Continue from the newest "
+              f"checkpoint with the same arguments plus --logdir {logdir} --resume.",
+              file=sys.stderr)
+        raise SystemExit(130) from None
     if record["value"] is None:
         raise SystemExit(f"No game of {args.game} ended within the run ({record['frames']:,} "
                          "frames): give it more frames or minutes.")

@@ -46,3 +46,109 @@ def test_the_learner_is_busy_for_the_time_it_did_not_wait_for_data(bench, tmp_pa
     assert bench.learner_busy_fraction(str(tmp_path)) == pytest.approx(0.6)
     _write(tmp_path / "rates.csv", "env_steps,replay_sample_wait_frac", [])
     assert bench.learner_busy_fraction(str(tmp_path)) is None
+
+
+def test_r2d2_is_judged_on_its_evaluation_games(bench, tmp_path):
+    _write(tmp_path / "train.csv",
+           "env_steps,episodes,mean_return,eval_episodes,eval_mean_return",
+           ["0,0,nan,0,nan", "1000,120,-20.0,30,-15.0", "2000,240,-18.0,100,-12.5"])
+    assert bench.score_curve(str(tmp_path), "eval_") == [(4000, 30, -15.0),
+                                                        (8000, 100, -12.5)]
+    assert bench.score_curve(str(tmp_path)) == [(4000, 120, -20.0), (8000, 240, -18.0)]
+    # A V-trace run has no evaluation columns: no curve rather than a wrong one.
+    _write(tmp_path / "train.csv", "env_steps,episodes,mean_return", ["1000,120,-20.0"])
+    assert bench.score_curve(str(tmp_path), "eval_") == []
+
+
+def test_each_agent_gets_its_atari_preset_and_overrides_win(bench):
+    vtrace = bench.make_builder("vtrace", "atari_ppo", [], 2_500_000)
+    assert type(vtrace).__name__ == "VTraceBuilder"
+    assert vtrace.config.max_learning_rate == 2.5e-4
+    r2d2 = bench.make_builder("r2d2", "atari", ["samples_per_insert=4"], 2_500_000)
+    assert type(r2d2).__name__ == "R2D2Builder"
+    assert (r2d2.config.torso, r2d2.config.samples_per_insert) == ("nature_cnn", 4)
+    # 4 sequences of 32 trained rows per 16 new steps: DQN's 8 rows per env step.
+    figures = bench.replay_figures(r2d2.config, float("nan"))
+    assert figures["trained_rows_per_env_step"] == 8.0
+    assert figures["train_mean_return"] is None
+    assert bench.replay_figures(bench.make_builder("r2d2", "atari", [], 1).config,
+                                -20.123)["trained_rows_per_env_step"] == 4.0
+    with pytest.raises(ValueError, match="r2d2 has no preset 'atari_ppo'"):
+        bench.make_builder("r2d2", "atari_ppo", [], 1)
+    with pytest.raises(ValueError, match="agent must be one of"):
+        bench.make_builder("dqn", "atari", [], 1)
+
+
+def test_learn_pong_refuses_a_preset_the_agent_does_not_have():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "learn_pong.py"),
+                          "--agent", "r2d2", "--preset", "atari_ppo"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 2
+    assert "--agent r2d2 has no preset 'atari_ppo'; it has atari, minatar" in out.stderr
+
+
+def test_r2d2_atari_preset_learns_from_stacked_frames_through_central_inference(tmp_path):
+    import io
+
+    from launch.backends.inprocess import run_inprocess
+    from launch.commands.cli import build_parser, make_experiment
+
+    experiment = make_experiment(build_parser().parse_args(
+        ["train", "--agent", "r2d2", "--env", "atari:Pong,max_frames=200", "--preset",
+         "atari", "--runners", "1", "--envs-per-runner", "3", "--steps", "1500",
+         "--logdir", str(tmp_path), "--checkpoint-every-s", "0",
+         "--set", "batch_size=2", "--set", "min_replay_size=2", "--set", "replay_size=32",
+         "--set", "num_eval_envs=1", "--set", "burn_in=2", "--set", "trace_length=8",
+         "--set", "sequence_period=4"]))
+    config = experiment.builder.config
+    assert (config.torso, config.lstm_size, config.n_step) == ("nature_cnn", 256, 5)
+    assert experiment.server_frame_stack == 4  # single frames on the wire, stacks stored
+    result = run_inprocess(experiment, stream=io.StringIO())
+    assert "budget" in result.stop_reason
+    assert result.learner_steps > 0
+    # 50-step games: the evaluation environment's ended games give its own score.
+    assert result.eval_mean_return is not None and -50 <= result.eval_mean_return <= 50
+
+
+def _train_csv_steps(logdir: Path) -> int:
+    import csv
+
+    try:
+        with open(logdir / "train.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except FileNotFoundError:
+        return 0
+    return int(float(rows[-1]["env_steps"])) if rows else 0
+
+
+def test_ctrl_c_stops_learn_pong_and_says_how_to_resume(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "learn_pong.py"), "--frames", "100000000",
+         "--runners", "1", "--envs-per-runner", "2", "--baseline-games", "1",
+         "--logdir", str(tmp_path), "--set", "batch_size=4", "--set", "queue_size=8",
+         "--set", "unroll_length=8"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while _train_csv_steps(tmp_path) < 100:
+            assert process.poll() is None and time.monotonic() < deadline, "no progress"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 130, output[-2000:]
+        assert f"--logdir {tmp_path} --resume" in output
+        assert "Traceback" not in output
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

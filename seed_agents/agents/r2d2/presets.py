@@ -35,5 +35,54 @@ Four environments act greedily and report the returns evaluation figures use.
 """
 
 
-R2D2_PRESETS: dict[str, tuple[str, ...]] = {"minatar": MINATAR}
+ATARI: tuple[str, ...] = (
+    "torso=nature_cnn",
+    "hidden_sizes=512,",
+    "lstm_size=256",
+    "head_hidden_size=256",
+    "precision=auto",
+    "burn_in=8",
+    "trace_length=32",
+    "sequence_period=16",
+    "n_step=5",
+    "discount=0.997",
+    "value_rescaling_epsilon=1e-3",
+    "learning_rate=1e-4",
+    "adam_epsilon=1e-3",
+    "batch_size=32",
+    "target_update_period=100",
+    "max_gradient_norm=40.0",
+    "replay_size=40000",
+    "min_replay_size=1250",
+    "samples_per_insert=2",
+    "num_eval_envs=8",
+    "eval_epsilon=0.01",
+)
+"""Atari (`atari:<game>`, 84x84x4 frames) on a few CPU cores: R2D2's algorithm, its sizes
+cut to the CPU.
+
+Kept from the paper (Kapturowski et al. 2019): 5-step double-Q targets with the value
+rescaling h and unclipped rewards, discount 0.997, Adam at 1e-4 with epsilon 1e-3,
+prioritized replay (alpha 0.9, beta 0.6, eta 0.9 as the config's defaults), Ape-X's
+per-environment epsilons, the Nature CNN before the LSTM and dueling heads.
+
+Cut for two cores: a 256-unit LSTM after a 512-unit layer (paper: 512 LSTM units on the
+CNN's 3,136 outputs: four times the recurrent cost per row), sequences of 32 trained rows
+after a burn-in of 8, a new one every 16 steps (paper: 80 after 40, every 40), 32
+sequences per learner step (paper: 64), the target copied every 100 learner steps (about
+25,600 env steps at this replay ratio; Dopamine's DQN: every 8,000), and a replay of
+40,000 sequences, 640K env steps (2.56M frames; paper: ~4M env steps) from 1,250 sequences
+(20,000 env steps, Dopamine's warm-up) on.
+
+The replay ratio is the lever on two cores: each sequence is sampled twice
+(`samples_per_insert=2`), **4 trained rows per env step** (2 x 32 rows per 16 new steps),
+half of DQN's and Rainbow's 8 (a batch of 32 every 4 env steps), about the learner work
+per env step of `atari_ppo` (4 epochs over each sample). Eight environments (of
+`learn_pong.py`'s 64) act with epsilon 0.01, Dopamine's training epsilon, and their
+returns are the score reported against Dopamine's curves; their experience stays out of
+replay and their steps out of the frame count.
+"""
+
+
+R2D2_PRESETS: dict[str, tuple[str, ...]] = {"minatar": MINATAR, "atari": ATARI}
 """The presets by the name `--preset` takes."""
