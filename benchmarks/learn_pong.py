@@ -176,7 +176,9 @@ def measure_game(*, game: str, protocol: str, frames: int, seed: int, minutes: f
     # No game ended yet (a short piece of a long game): no score, the rest still holds.
     value = float(score) if score is not None and np.isfinite(score) else None
     games = curve[-1][1] if curve else 0
-    ratio = (None if target is None or value is None
+    # No ratio against a target at or below random play (Rainbow's DoubleDunk at 10M
+    # frames, -18.9, is under a random policy's -18.6): it would not measure progress.
+    ratio = (None if target is None or value is None or target <= baseline
              else round((value - baseline) / (target - baseline), 3))
     health = feature_health_summary(logdir)
     return {

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.run_logs import last_env_steps
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -113,17 +115,6 @@ def test_r2d2_atari_preset_learns_from_stacked_frames_through_central_inference(
     assert result.eval_mean_return is not None and -50 <= result.eval_mean_return <= 50
 
 
-def _train_csv_steps(logdir: Path) -> int:
-    import csv
-
-    try:
-        with open(logdir / "train.csv", newline="") as f:
-            rows = list(csv.DictReader(f))
-    except FileNotFoundError:
-        return 0
-    return int(float(rows[-1]["env_steps"])) if rows else 0
-
-
 def test_ctrl_c_stops_learn_pong_and_says_how_to_resume(tmp_path):
     import os
     import signal
@@ -140,7 +131,7 @@ def test_ctrl_c_stops_learn_pong_and_says_how_to_resume(tmp_path):
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 600
-        while _train_csv_steps(tmp_path) < 100:
+        while last_env_steps(tmp_path) < 100:
             assert process.poll() is None and time.monotonic() < deadline, "no progress"
             time.sleep(0.2)
         process.send_signal(signal.SIGINT)

@@ -95,14 +95,48 @@ def add_parsers(commands: Any) -> None:
                         help="environments acting side by side (default: 8)")
 
     plot = commands.add_parser(
-        "plot", help="learning curves of one or several runs",
-        description="Plot mean return against env steps and wall time (and greedy "
-                    "evaluation returns where a run has them); runs of the same config "
-                    "are averaged with their spread shaded.")
-    plot.add_argument("runs", nargs="+", metavar="RUN", help="runs' logdirs")
+        "plot", help="learning curves of runs, or of a sweep's settings over their seeds",
+        description="Plot mean return against env steps (or frames) and wall time (and "
+                    "greedy evaluation returns where a run has them); the runs of a "
+                    "setting (a sweep's PARENT/<setting>/seed-<n>, or runs of one config) "
+                    "are drawn as their mean or IQM with a 95%% bootstrap band.")
+    plot.add_argument("runs", nargs="+", metavar="RUN",
+                      help="runs' logdirs, or parents of runs (a sweep's --logdir)")
     plot.add_argument("--out", default="curves.png", help="the PNG to write "
                                                           "(default: curves.png)")
     plot.add_argument("--title", default=None, help="the figure's title")
+    plot.add_argument("--statistic", choices=("mean", "iqm"), default="mean",
+                      help="each setting's line over its runs (default: mean)")
+    plot.add_argument("--band", choices=("auto", "ci", "range"), default="auto",
+                      help="ci: the 95%% stratified-bootstrap interval of the statistic "
+                           "(rliable: pip install 'seed-agents[stats]'); range: min to max; "
+                           "auto: ci where rliable is installed (default)")
+    plot.add_argument("--frames-per-step", type=int, default=1, metavar="N",
+                      help="draw against frames, N per env step (Atari: 4) (default: 1, "
+                           "env steps)")
+
+    compare = commands.add_parser(
+        "compare", help="a table of each setting's final score over its seeds, with CIs",
+        description="For each setting (a sweep's PARENT/<setting>, or runs of one config): "
+                    "the final score's IQM and mean with 95%% stratified-bootstrap "
+                    "confidence intervals over its seeds (rliable), the number of seeds, "
+                    "and for several tasks normalized scores; with several settings, the "
+                    "probability of improvement of each over each. Written as CSV too.")
+    compare.add_argument("runs", nargs="+", metavar="RUN",
+                         help="parents of runs (a sweep's --logdir), or runs' logdirs")
+    compare.add_argument("--out", default=None,
+                         help="the CSV to write (default: <first parent>/compare.csv)")
+    compare.add_argument("--normalize", choices=("auto", "human", "minmax", "none"),
+                         default="auto",
+                         help="scores across tasks: human (Atari: (score - random) / "
+                              "(human - random)), minmax (over the compared runs, per task), "
+                              "none; auto: none for one task, human where every task has "
+                              "reference scores, else minmax (default)")
+    compare.add_argument("--reps", type=int, default=10_000,
+                         help="bootstrap resamples (default: 10000)")
+    compare.add_argument("--unfinished", action="store_true",
+                         help="count runs that did not finish, at their last score "
+                              "(default: left out and listed)")
 
 
 def failing(command: Callable[[argparse.Namespace, Agents], int]) -> Callable[..., int]:

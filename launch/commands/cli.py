@@ -24,11 +24,13 @@ from launch.commands.agents import (  # noqa: E402
     make_builder,
     resolve_agent,
 )
+from launch.commands.comparing import run_compare  # noqa: E402
 from launch.commands.evaluation import run_eval  # noqa: E402
 from launch.commands.export import run_export  # noqa: E402
 from launch.commands.plotting import run_plot  # noqa: E402
 from launch.commands.recording import run_record  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
+from launch.sweeps import write_result  # noqa: E402
 from seed_agents.agents.r2d2.presets import R2D2_PRESETS  # noqa: E402
 from seed_agents.agents.vtrace.presets import VTRACE_PRESETS  # noqa: E402
 from seed_agents.inference.security import (  # noqa: E402
@@ -36,12 +38,14 @@ from seed_agents.inference.security import (  # noqa: E402
     TLSConfig,
     read_token_file,
 )
+from seed_agents.utils import storage  # noqa: E402
 from seed_agents.utils.checkpointing import has_learner_checkpoint, learner_directory  # noqa: E402
 from seed_agents.utils.overrides import parse_overrides  # noqa: E402
 
 BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
 COMMANDS: dict[str, Callable[[argparse.Namespace, Agents], int]] = {
     "eval": run_eval, "export": run_export, "record": run_record, "plot": run_plot,
+    "compare": run_compare,
 }
 """The commands after training, each in its module of `launch.commands`."""
 PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -228,6 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
                             "(MinAtar's minatar:<game> ids); r2d2: minatar")
     train.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override an agent config field (repeatable)")
+    sweep = train.add_argument_group(
+        "sweeps", "many seeds and settings in one command, each an ordinary run in "
+                  "--logdir PARENT/<setting>/seed-<n> (launch/sweeps.py)")
+    sweep.add_argument("--seeds", default=None, metavar="SEEDS",
+                       help="run each seed: 0-4, 1,3,5 or 0-2,7 (default: --seed only)")
+    sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                       help="run each value of a config field (repeatable: the product of "
+                            "the grids); values holding commas are separated by | instead")
+    sweep.add_argument("--parallel", type=int, default=1, metavar="N",
+                       help="runs of a sweep at a time, each a process with its output in "
+                            "PARENT/<setting>/seed-<n>.out (default: 1, on this console)")
     add_parsers(commands)
     return parser
 
@@ -304,6 +319,10 @@ LOST_FINAL_CHECKPOINT = 3
 
 
 def train(args: argparse.Namespace) -> int:
+    if getattr(args, "seeds", None) or getattr(args, "grid", None):
+        from launch.sweeps import run_sweep
+
+        return run_sweep(args)
     try:
         experiment = make_experiment(args)
         experiment.check_checkpoints()  # the backends check too; here the error is short
@@ -327,6 +346,10 @@ def train(args: argparse.Namespace) -> int:
         print("seed-agents: interrupted; every node was stopped.", file=sys.stderr)
         return 130
     print(result.summary(), flush=True)
+    if experiment.logdir and not storage.is_url(experiment.logdir):
+        # A run that ended by its limits says so: a sweep skips it on --resume, and
+        # `compare` reads its final figures.
+        write_result(experiment.logdir, result)
     # The run trained, but resuming it would repeat what came after its newest checkpoint.
     return LOST_FINAL_CHECKPOINT if result.lost_final_checkpoint else 0
 

@@ -1,11 +1,15 @@
-"""`seed-agents plot`: learning curves of one or several runs, from their logs.
+"""`seed-agents plot`: learning curves of runs, and of sweeps' settings over their seeds.
 
 A run's curve is its `train.csv` (the mean return of the last 100 training episodes
 against env steps and wall time), with the greedy returns of its evaluator
-(`evaluator.csv`, as a running mean of 5 episodes) where it has them. Runs of the same
-agent, environment, config and scale (they differ in seed, budget or limits) form a
-group: its line is the mean over its runs and the shaded band their spread (min to
-max), on a common grid that ends where the shortest run ends. A resumed run's rows after
+(`evaluator.csv`, as a running mean of 5 episodes) where it has them. A path is a run's
+logdir or a parent of runs (a sweep's `PARENT/<setting>/seed-<n>`: `launch.results`).
+Runs of one setting form a group: under a parent, the setting they are seeds of; given by
+themselves, runs of the same agent, environment, config and scale (they differ in seed,
+budget or limits). A group's line is the mean (or IQM) over its runs, on a common grid
+that ends where the shortest run ends, and its band the 95% bootstrap confidence interval
+of that statistic over the runs (rliable, the `stats` extra), or their range (min to max)
+where rliable is not installed or `--band range` asks for it. A resumed run's rows after
 its restored checkpoint replace the killed run's rows past that point (the killed run's
 last seconds were never checkpointed, so the resumed run lived them again).
 
@@ -20,6 +24,7 @@ import dataclasses
 import json
 import math
 import os
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -130,6 +135,17 @@ def _group(logdir: str) -> tuple[str, dict[str, Any]]:
     return json.dumps(label, sort_keys=True), label
 
 
+def config_labels(logdirs: Sequence[str]) -> dict[str, str]:
+    """A readable setting per run given by itself: runs of the same config share it, and
+    it names the agent, the environment and the settings in which the configs differ."""
+    keyed = {logdir: _group(logdir) for logdir in logdirs}
+    groups: dict[str, list[Any]] = {}
+    for key, label in keyed.values():
+        groups.setdefault(key, []).append(types.SimpleNamespace(label=label))
+    names = _labels(groups, counts=False)
+    return {logdir: names[key] for logdir, (key, _) in keyed.items()}
+
+
 def _running_mean(values: np.ndarray, window: int) -> np.ndarray:
     if values.size == 0:
         return values
@@ -138,7 +154,7 @@ def _running_mean(values: np.ndarray, window: int) -> np.ndarray:
     return (sums[1:] - sums[np.arange(values.size) + 1 - counts]) / counts
 
 
-def _labels(groups: dict[str, list[RunCurves]]) -> dict[str, str]:
+def _labels(groups: dict[str, list[Any]], counts: bool = True) -> dict[str, str]:
     """A legend label per group: agent and environment, and the settings in which groups
     differ (all of them would not fit)."""
     labels = {key: runs[0].label for key, runs in groups.items()}
@@ -150,69 +166,122 @@ def _labels(groups: dict[str, list[RunCurves]]) -> dict[str, str]:
         base = " ".join(str(label[k]) for k in ("agent", "env", "run") if k in label)
         extra = ", ".join(f"{k}={label.get(k)}" for k in differing)
         count = len(groups[key])
-        runs = f" ({count} runs)" if count > 1 else ""
+        runs = f" ({count} runs)" if count > 1 and counts else ""
         named[key] = f"{base}{' ' + extra if extra else ''}{runs}"
     return named
 
 
-def _band(xs: list[np.ndarray], ys: list[np.ndarray]) -> tuple[np.ndarray, ...]:
-    """Mean, min and max of several curves on a common grid up to the shortest's end."""
+def _on_grid(xs: list[np.ndarray], ys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Several curves on a common grid up to the shortest's end: (grid, runs x points)."""
     if len(xs) == 1:
-        return xs[0], ys[0], ys[0], ys[0]
+        return xs[0], ys[0][None, :]
     end = min(x[-1] for x in xs)
     start = max(x[0] for x in xs)
     grid = np.linspace(start, end, _GRID_POINTS) if end > start else np.array([end])
-    values = np.stack([np.interp(grid, x, y) for x, y in zip(xs, ys, strict=True)])
-    return grid, values.mean(0), values.min(0), values.max(0)
+    return grid, np.stack([np.interp(grid, x, y) for x, y in zip(xs, ys, strict=True)])
 
 
-def plot_runs(logdirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
-              title: str | None = None) -> dict[str, Any]:
-    """Draws the runs' learning curves into the PNG `out`; returns what it drew.
+def _band(values: np.ndarray, statistic: str, band: str) -> tuple[np.ndarray, ...]:
+    """The statistic over runs at each point and its band: the 95% bootstrap interval
+    ("ci"), the runs' range ("range"), or none for one run."""
+    from launch.results import curve_band
+
+    if values.shape[0] == 1:
+        return values[0], values[0], values[0]
+    if band == "ci":
+        return curve_band(values, statistic)
+    from scipy.stats import trim_mean
+
+    center = trim_mean(values, 0.25, axis=0) if statistic == "iqm" else values.mean(0)
+    return center, values.min(0), values.max(0)
+
+
+def resolve_band(band: str) -> str:
+    """"auto": the confidence interval where rliable is installed, else the range.
 
     Raises:
-      ValueError: naming the run, for a logdir without curves (nothing is drawn).
+      ValueError: For "ci" without rliable, naming the pip command.
+    """
+    from launch.results import require_rliable
+
+    if band == "range":
+        return band
+    try:
+        require_rliable()
+    except ValueError:
+        if band == "ci":
+            raise
+        return "range"
+    return "ci"
+
+
+def plot_runs(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
+              title: str | None = None, statistic: str = "mean", band: str = "auto",
+              frames_per_step: int = 1) -> dict[str, Any]:
+    """Draws the learning curves of the runs `paths` hold (runs' logdirs or parents of
+    runs) into the PNG `out`, a line per setting; returns what it drew.
+
+    Raises:
+      ValueError: naming the run, for a path without curves (nothing is drawn), or for a
+        band or statistic it does not know.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if not logdirs:
-        raise ValueError("plot needs at least one run's logdir.")
-    runs = [read_run(logdir) for logdir in logdirs]
+    from launch.results import find_runs
+
+    if not paths:
+        raise ValueError("plot needs at least one run's logdir or a parent of runs.")
+    if statistic not in ("mean", "iqm"):
+        raise ValueError(f"the statistic is mean or iqm, got {statistic!r}.")
+    if band not in ("auto", "ci", "range"):
+        raise ValueError(f"the band is auto, ci or range, got {band!r}.")
+    if frames_per_step < 1:
+        raise ValueError(f"frames per step must be >= 1, got {frames_per_step}.")
+    band = resolve_band(band)
+    refs = find_runs(paths)
+    tasks = {ref.task for ref in refs}
     groups: dict[str, list[RunCurves]] = {}
-    for run in runs:
-        groups.setdefault(run.group, []).append(run)
-    labels = _labels(groups)
+    for ref in refs:
+        name = ref.setting if len(tasks) == 1 else f"{ref.setting} on {ref.task}"
+        groups.setdefault(name, []).append(read_run(ref.logdir))
+    band_name = {"ci": "95% bootstrap CI", "range": "min to max"}[band]
+    x_name = "frames" if frames_per_step > 1 else "env steps"
     figure, (by_steps, by_time) = plt.subplots(1, 2, figsize=(12, 4.6), constrained_layout=True)
     drawn = []
-    for i, (key, members) in enumerate(groups.items()):
+    for i, (name, members) in enumerate(groups.items()):
         color = f"C{i % 10}"
+        count = f" ({len(members)} runs, {statistic}, {band_name})" if len(members) > 1 else ""
         for axis, x_key in ((by_steps, "env_steps"), (by_time, "wall_s")):
-            xs = [getattr(run, x_key) for run in members]
-            ys = [run.mean_return for run in members]
-            x, mean, low, high = _band(xs, ys)
-            axis.plot(x, mean, color=color, label=f"{labels[key]}: mean return (100 episodes)")
+            scale = frames_per_step if x_key == "env_steps" else 1
+            x, values = _on_grid([getattr(run, x_key) * scale for run in members],
+                                 [run.mean_return for run in members])
+            center, low, high = _band(values, statistic, band)
+            axis.plot(x, center, color=color,
+                      label=f"{name}{count}: mean return (100 episodes)")
             if len(members) > 1:
                 axis.fill_between(x, low, high, color=color, alpha=0.2, linewidth=0)
         evaluated = [run for run in members if run.eval_return.size]
         if evaluated:
-            x, mean, low, high = _band([run.eval_env_steps for run in evaluated],
-                                       [run.eval_return for run in evaluated])
-            by_steps.plot(x, mean, color=color, linestyle="--",
-                          label=f"{labels[key]}: greedy evaluation ({_EVAL_WINDOW}-episode mean)")
+            x, values = _on_grid([run.eval_env_steps * frames_per_step for run in evaluated],
+                                 [run.eval_return for run in evaluated])
+            center, low, high = _band(values, statistic, band)
+            by_steps.plot(x, center, color=color, linestyle="--",
+                          label=f"{name}: greedy evaluation ({_EVAL_WINDOW}-episode mean)")
             if len(evaluated) > 1:
                 by_steps.fill_between(x, low, high, color=color, alpha=0.1, linewidth=0)
             else:  # one run: its evaluation episodes themselves too
-                by_steps.scatter(evaluated[0].eval_env_steps, evaluated[0].eval_raw,
-                                 color=color, s=9, alpha=0.5, linewidths=0)
-        drawn.append({"label": labels[key], "runs": [run.logdir for run in members],
+                by_steps.scatter(evaluated[0].eval_env_steps * frames_per_step,
+                                 evaluated[0].eval_raw, color=color, s=9, alpha=0.5,
+                                 linewidths=0)
+        drawn.append({"label": name, "runs": [run.logdir for run in members],
                       "final_mean_return": [float(run.mean_return[-1]) for run in members],
                       "env_steps": [float(run.env_steps[-1]) for run in members],
                       "evaluations": sum(run.eval_env_steps.size for run in members)})
-    by_steps.set_xlabel("env steps")
-    by_steps.set_title("by env steps", fontsize="medium")
+    by_steps.set_xlabel(x_name)
+    by_steps.set_title(f"by {x_name}", fontsize="medium")
     by_time.set_xlabel("wall time (s)")
     by_time.set_title("by wall time (mean return)", fontsize="medium")
     for axis in (by_steps, by_time):
@@ -226,14 +295,17 @@ def plot_runs(logdirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     figure.savefig(out, dpi=110)
     plt.close(figure)
-    return {"out": out, "groups": drawn}
+    return {"out": out, "groups": drawn, "band": band, "statistic": statistic}
 
 
 @failing
 def run_plot(args: argparse.Namespace, agents: Agents) -> int:
-    drawn = plot_runs(args.runs, args.out, title=args.title)
+    drawn = plot_runs(args.runs, args.out, title=args.title, statistic=args.statistic,
+                      band=args.band, frames_per_step=args.frames_per_step)
     for group in drawn["groups"]:
         finals = ", ".join(f"{r:.1f}" for r in group["final_mean_return"])
-        print(f"{group['label']}: final mean return {finals}", flush=True)
+        count = len(group["runs"])
+        runs = f" ({count} runs)" if count > 1 else ""
+        print(f"{group['label']}{runs}: final mean return {finals}", flush=True)
     print(f"curves: {drawn['out']}", flush=True)
     return 0
