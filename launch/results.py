@@ -76,14 +76,16 @@ def _task(logdir: str) -> str:
 
 
 def final_score(logdir: str) -> tuple[float, bool] | None:
-    """A run's final score and whether it finished: `result.json`'s greedy evaluation
-    mean where the run had evaluation environments, else its 100-episode mean; for an
+    """A run's final score and whether it finished: `result.json`'s evaluation
+    environments' mean where the run had them, else its 100-episode mean (a benchmark's
+    record: its `value`); for an
     unfinished run, the last mean return of its `train.csv`. None: no episode ended."""
     path = os.path.join(logdir, RESULT_FILE)
     if os.path.exists(path):
         with open(path) as f:
             result = json.load(f)
-        for key in ("eval_mean_return", "mean_return"):
+        # `value`: the record a learning benchmark leaves (benchmarks/learn_atari5.py).
+        for key in ("eval_mean_return", "mean_return", "value"):
             value = result.get(key)
             if value is not None and math.isfinite(float(value)):
                 return float(value), True

@@ -18,7 +18,7 @@ from scipy.stats import trim_mean
 
 from launch.commands import cli
 from launch.commands.comparing import compare_runs, format_table
-from launch.results import find_runs
+from launch.results import final_score, find_runs
 from launch.sweeps import parse_grid, parse_seeds, plan_sweep, setting_name
 from tests.run_logs import last_env_steps
 
@@ -161,6 +161,11 @@ def test_compare_statistics_are_rliables_over_seeds_and_normalized_across_tasks(
     with pytest.raises(ValueError, match="no random and human scores"):
         compare_runs([str(tmp_path / "Pong"), str(tmp_path / "Other")], normalize="human")
     assert [r.setting for r in find_runs([str(tmp_path / "Pong")])].count("good") == 6
+    # A learning benchmark's record (learn_atari5.py's result.json) is read as finished.
+    bench = tmp_path / "bench" / "Qbert" / "seed-1"
+    _fake_run(bench, "atari:Qbert", 0.0, finished=False)
+    (bench / "result.json").write_text(json.dumps({"value": 4321.0, "at_budget": True}))
+    assert final_score(str(bench)) == (4321.0, True)
 
 
 def test_compare_without_rliable_names_the_extra(tmp_path, monkeypatch, capsys):
