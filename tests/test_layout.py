@@ -22,7 +22,8 @@ never one above (`FLOORS`, where the longest matching prefix places a module):
   6. `builders`
   7. `launch`: the deployment core (experiment, program, nodes, limiter, control, the
      run's record, restore)
-  8. `launch.backends`: inprocess, local_mp, ray, offline
+  8. `launch.backends`: inprocess, local_mp, ray, offline; `launch.studies`: sweeps of
+     runs, runs read as results, their comparison
   9. `launch.commands`: the command line and the commands after training
 
 They follow the design's layers (the parts, the recipes, deployment) and the imports as
@@ -56,7 +57,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("seed_agents.agents",),  # every agent package, and the agents' own __init__
     ("builders",),
     ("launch",),
-    ("launch.backends",),
+    ("launch.backends", "launch.studies"),
     ("launch.commands",),
 )
 """Module prefixes by floor, lowest first (see the module's docstring)."""

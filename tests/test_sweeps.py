@@ -1,4 +1,4 @@
-"""Seeds and grids in one command (`launch.sweeps`), and what reads a sweep back:
+"""Seeds and grids in one command (`launch.studies.sweeps`), and what reads a sweep back:
 `seed-agents compare` (rliable's intervals) and `seed-agents plot` of a parent."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 from scipy.stats import trim_mean
 
 from launch.commands import cli
-from launch.commands.comparing import compare_runs, format_table
-from launch.results import final_score, find_runs
-from launch.sweeps import parse_grid, parse_seeds, plan_sweep, setting_name
+from launch.studies.comparing import compare_runs, format_table
+from launch.studies.results import final_score, find_runs
+from launch.studies.sweeps import parse_grid, parse_seeds, plan_sweep, setting_name
 from tests.run_logs import last_env_steps
 
 ROOT = Path(__file__).resolve().parents[1]

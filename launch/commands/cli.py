@@ -16,7 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is first
 from launch.backends.inprocess import run_inprocess  # noqa: E402
 from launch.backends.local_mp import run_local_mp  # noqa: E402
 from launch.backends.ray import run_ray  # noqa: E402 - imports Ray only when run
-from launch.commands import Agents, add_parsers  # noqa: E402
+from launch.commands import Agents, add_parsers, failing  # noqa: E402
 from launch.commands.agents import (  # noqa: E402
     agent_table,
     builtin_agents,
@@ -24,13 +24,13 @@ from launch.commands.agents import (  # noqa: E402
     make_builder,
     resolve_agent,
 )
-from launch.commands.comparing import run_compare  # noqa: E402
 from launch.commands.evaluation import run_eval  # noqa: E402
 from launch.commands.export import run_export  # noqa: E402
 from launch.commands.plotting import run_plot  # noqa: E402
 from launch.commands.recording import run_record  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
-from launch.sweeps import write_result  # noqa: E402
+from launch.studies.comparing import compare_runs, format_table, write_csv  # noqa: E402
+from launch.studies.results import write_result  # noqa: E402
 from seed_agents.agents.r2d2.presets import R2D2_PRESETS  # noqa: E402
 from seed_agents.agents.vtrace.presets import VTRACE_PRESETS  # noqa: E402
 from seed_agents.inference.security import (  # noqa: E402
@@ -45,7 +45,6 @@ from seed_agents.utils.overrides import parse_overrides  # noqa: E402
 BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
 COMMANDS: dict[str, Callable[[argparse.Namespace, Agents], int]] = {
     "eval": run_eval, "export": run_export, "record": run_record, "plot": run_plot,
-    "compare": run_compare,
 }
 """The commands after training, each in its module of `launch.commands`."""
 PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -234,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="KEY=VALUE", help="override an agent config field (repeatable)")
     sweep = train.add_argument_group(
         "sweeps", "many seeds and settings in one command, each an ordinary run in "
-                  "--logdir PARENT/<setting>/seed-<n> (launch/sweeps.py)")
+                  "--logdir PARENT/<setting>/seed-<n> (launch/studies/sweeps.py)")
     sweep.add_argument("--seeds", default=None, metavar="SEEDS",
                        help="run each seed: 0-4, 1,3,5 or 0-2,7 (default: --seed only)")
     sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
@@ -320,9 +319,10 @@ LOST_FINAL_CHECKPOINT = 3
 
 def train(args: argparse.Namespace) -> int:
     if getattr(args, "seeds", None) or getattr(args, "grid", None):
-        from launch.sweeps import run_sweep
+        from launch.studies.sweeps import run_sweep
 
-        return run_sweep(args)
+        return run_sweep(args, make_experiment,
+                         lambda spec: [sys.executable, "-m", "launch.commands.cli", RUN_SPEC, spec])
     try:
         experiment = make_experiment(args)
         experiment.check_checkpoints()  # the backends check too; here the error is short
@@ -377,7 +377,41 @@ def _train_offline(args: argparse.Namespace, experiment: Experiment) -> int:
     return 0
 
 
+RUN_SPEC = "--sweep-run"
+"""`seed-agents --sweep-run FILE`: one run of a sweep, its `train` arguments in FILE (JSON)."""
+
+
+def _train_sweep_run(path: str) -> int:
+    import json
+    import signal
+
+    # The sweep stops its runs with SIGINT: a run answers it even where the sweep was
+    # started with SIGINT ignored, which its processes inherit.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with open(path) as f:
+        return train(argparse.Namespace(**json.load(f)))
+
+
+@failing
+def _run_compare(args: argparse.Namespace, agents: Agents) -> int:
+    comparison = compare_runs(args.runs, normalize=args.normalize, reps=args.reps,
+                              unfinished=args.unfinished)
+    print(format_table(comparison), flush=True)
+    parent = next((p for p in args.runs if not os.path.isfile(os.path.join(p, "train.csv"))),
+                  None)
+    out = args.out or os.path.join(parent or ".", "compare.csv")
+    write_csv(comparison, out)
+    print(f"table: {out}", flush=True)
+    return 0
+
+
+COMMANDS["compare"] = _run_compare
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 2 and argv[0] == RUN_SPEC:
+        return _train_sweep_run(argv[1])
     args = build_parser().parse_args(argv)
     if args.command == "train":
         return train(args)

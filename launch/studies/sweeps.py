@@ -9,7 +9,7 @@ checkpoints, so that `plot`, `eval` and `compare` read it as any run. Each run i
 `seed-agents train` of its own process (a clean TensorFlow, Ray and signal state per run),
 one after another, or `--parallel N` at a time with their output in
 `PARENT/<setting>/seed-<n>.out`. `PARENT/sweep.json` records what the sweep is; a run that
-ended by its limits leaves `result.json` (`launch.commands.cli.train` writes it).
+ended by its limits leaves `result.json` (`seed-agents train` writes it).
 
 A sweep stopped half way (Ctrl-C, a lost session) continues with the same command and
 `--resume`: finished runs are skipped, started ones resume from their newest checkpoint,
@@ -29,10 +29,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from launch.results import RESULT_FILE
+from launch.studies.results import RESULT_FILE, read_result, write_result  # noqa: F401
 
 SWEEP_FILE = "sweep.json"
 DEFAULT_SETTING = "default"
@@ -139,22 +139,6 @@ def is_finished(logdir: str) -> bool:
     return os.path.exists(os.path.join(logdir, RESULT_FILE))
 
 
-def write_result(logdir: str, result: Any) -> None:
-    """Writes a finished run's `RunResult` as `logdir/result.json`, whole or not at all."""
-    path = os.path.join(logdir, RESULT_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(dataclasses.asdict(result), f, indent=1, default=float)
-    os.replace(path + ".tmp", path)
-
-
-def read_result(logdir: str) -> dict[str, Any] | None:
-    path = os.path.join(logdir, RESULT_FILE)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
-
-
 def _identity(args: argparse.Namespace) -> dict[str, Any]:
     return {key: getattr(args, key, None) for key in _IDENTITY}
 
@@ -186,15 +170,14 @@ def _child_args(args: argparse.Namespace, run: SweepRun) -> dict[str, Any]:
     return child
 
 
-def check_runs(args: argparse.Namespace, runs: Sequence[SweepRun]) -> None:
+def check_runs(args: argparse.Namespace, runs: Sequence[SweepRun],
+               make_experiment: Callable[[argparse.Namespace], Any]) -> None:
     """Builds every run's experiment before any starts: a bad grid key or value fails the
     sweep at once rather than after the runs before it.
 
     Raises:
       ValueError, TypeError: As `make_experiment` does, naming the setting.
     """
-    from launch.commands.cli import make_experiment
-
     for setting in dict.fromkeys(run.setting for run in runs):
         run = next(r for r in runs if r.setting == setting)
         try:
@@ -203,9 +186,14 @@ def check_runs(args: argparse.Namespace, runs: Sequence[SweepRun]) -> None:
             raise type(error)(f"setting {setting}: {error}") from None
 
 
-def run_sweep(args: argparse.Namespace, stream=None) -> int:
+def run_sweep(args: argparse.Namespace, make_experiment: Callable[[argparse.Namespace], Any],
+              run_command: Callable[[str], list[str]], stream=None) -> int:
     """Runs the sweep `args` names (`--seeds`, `--grid`): the exit status of
-    `seed-agents train` (0 all finished, 1 a run failed, 2 bad arguments, 130 Ctrl-C)."""
+    `seed-agents train` (0 all finished, 1 a run failed, 2 bad arguments, 130 Ctrl-C).
+
+    The command line hands in how a run's config is built (`make_experiment`, to check
+    every setting first) and the command that trains one run from the arguments file the
+    sweep writes for it (`run_command(path)`)."""
     stream = stream or sys.stdout
     parent = args.logdir or time.strftime("runs/sweep-%Y%m%d-%H%M%S")
     try:
@@ -219,7 +207,7 @@ def run_sweep(args: argparse.Namespace, stream=None) -> int:
                              "start --head) and name it with --ray-address, or run them one "
                              "at a time (--parallel 1).")
         _check_parent(parent, args)
-        check_runs(args, runs)
+        check_runs(args, runs, make_experiment)
     except (ValueError, TypeError) as error:
         print(f"seed-agents: error: {error}", file=sys.stderr)
         return 2
@@ -236,7 +224,7 @@ def run_sweep(args: argparse.Namespace, stream=None) -> int:
     previous = ({sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
                 if threading.current_thread() is threading.main_thread() else {})
     try:
-        failed = _run_all(args, todo, stream)
+        failed = _run_all(args, todo, run_command, stream)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -256,12 +244,13 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _start(args: argparse.Namespace, run: SweepRun) -> subprocess.Popen:
+def _start(args: argparse.Namespace, run: SweepRun,
+           run_command: Callable[[str], list[str]]) -> subprocess.Popen:
     os.makedirs(os.path.dirname(run.logdir), exist_ok=True)
     spec = f"{run.logdir}.args.json"
     with open(spec, "w") as f:
         json.dump(_child_args(args, run), f)
-    command = [sys.executable, "-m", "launch.sweeps", spec]
+    command = run_command(spec)
     if args.parallel == 1:  # one at a time: its progress on this console
         return subprocess.Popen(command)
     with open(run.output_path, "a") as out:
@@ -269,6 +258,7 @@ def _start(args: argparse.Namespace, run: SweepRun) -> subprocess.Popen:
 
 
 def _run_all(args: argparse.Namespace, todo: list[SweepRun],
+             run_command: Callable[[str], list[str]],
              stream) -> list[tuple[SweepRun, int]] | None:
     """Runs `todo`, `args.parallel` at a time; the failed runs, or None on Ctrl-C."""
     pending, running, failed = list(todo), {}, []
@@ -277,7 +267,7 @@ def _run_all(args: argparse.Namespace, todo: list[SweepRun],
             while pending and len(running) < args.parallel:
                 run = pending.pop(0)
                 print(f"[sweep] {run.name}: started", file=stream, flush=True)
-                running[_start(args, run)] = run
+                running[_start(args, run, run_command)] = run
             time.sleep(0.2)
             for process in [p for p in running if p.poll() is not None]:
                 run = running.pop(process)
@@ -321,20 +311,3 @@ def _print_summary(runs: Sequence[SweepRun], stream) -> None:
               f"{result.get('env_steps', 0):>12,} {float(score):>12.2f}", file=stream)
     print("(`seed-agents plot PARENT` draws each setting's curve over its seeds)", file=stream,
           flush=True)
-
-
-def _main(spec_path: str) -> int:
-    """A sweep's run, in its own process: `seed-agents train` with the arguments the sweep
-    wrote for it."""
-    from launch.commands.cli import train
-
-    # The sweep stops its runs with SIGINT: a run answers it even where the sweep was
-    # started with SIGINT ignored, which its processes inherit.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    with open(spec_path) as f:
-        args = argparse.Namespace(**json.load(f))
-    return train(args)
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1]))

@@ -2,7 +2,7 @@
 
     seed-agents compare runs/sweep
 
-For each setting of the runs found (`launch.results.find_runs`: a sweep's
+For each setting of the runs found (`launch.studies.results.find_runs`: a sweep's
 `PARENT/<setting>/seed-<n>`, or runs of one config), the final score of each seed (a
 finished run's `result.json`: its evaluation environments' mean where it had them, else
 its 100-episode mean), then over the seeds the interquartile mean and the mean, each with
@@ -16,7 +16,6 @@ several settings, the probability that a run of one scores above a run of anothe
 
 from __future__ import annotations
 
-import argparse
 import csv
 import os
 from collections.abc import Sequence
@@ -24,8 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from launch.commands import Agents, failing
-from launch.results import (
+from launch.studies.results import (
     final_score,
     find_runs,
     interval_estimates,
@@ -166,16 +164,3 @@ def write_csv(comparison: dict[str, Any], path: str) -> None:
                              comparison["normalization"], *r["iqm"], *r["mean"],
                              " ".join(f"{task}={','.join(f'{s:g}' for s in scores)}"
                                       for task, scores in r["raw"].items())])
-
-
-@failing
-def run_compare(args: argparse.Namespace, agents: Agents) -> int:
-    comparison = compare_runs(args.runs, normalize=args.normalize, reps=args.reps,
-                              unfinished=args.unfinished)
-    print(format_table(comparison), flush=True)
-    parent = next((p for p in args.runs if not os.path.isfile(os.path.join(p, "train.csv"))),
-                  None)
-    out = args.out or os.path.join(parent or ".", "compare.csv")
-    write_csv(comparison, out)
-    print(f"table: {out}", flush=True)
-    return 0

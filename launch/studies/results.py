@@ -13,17 +13,155 @@ than statistics of our own. It is an extra (`pip install 'seed-agents[stats]'`).
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import math
 import os
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from launch.run_record import read_run_record
+from seed_agents.utils import storage
+
+_EVAL_WINDOW = 5
+_GROUP_SETTINGS = ("num_runners", "envs_per_runner", "inference")
 RESULT_FILE = "result.json"  # what `seed-agents train` leaves when a run ends by its limits
 STATS_EXTRA = "pip install 'seed-agents[stats]'"
+
+
+@dataclasses.dataclass
+class RunCurves:
+    """One run's curves: (env_steps, wall_s, mean_return) rows and evaluation points."""
+
+    logdir: str
+    group: str
+    label: dict[str, Any]
+    env_steps: np.ndarray
+    wall_s: np.ndarray
+    mean_return: np.ndarray
+    eval_env_steps: np.ndarray
+    eval_return: np.ndarray  # the running mean over `_EVAL_WINDOW` evaluations
+    eval_raw: np.ndarray  # each evaluation episode's return
+
+
+def _read_csv(path: str) -> list[dict[str, str]]:
+    with storage.open_file(path) as f:
+        return list(csv.DictReader(f))
+
+
+def _number(text: str | None) -> float:
+    try:
+        return float(text) if text not in (None, "") else math.nan
+    except ValueError:
+        return math.nan
+
+
+def continued(rows: Sequence[dict[str, float]], key: str = "env_steps") -> list[dict[str, float]]:
+    """`rows` with the rows a resume superseded dropped: where `key` goes back (a resumed
+    run restarting from its checkpoint), earlier rows past the new value go."""
+    kept: list[dict[str, float]] = []
+    for row in rows:
+        while kept and kept[-1][key] > row[key]:
+            kept.pop()
+        kept.append(row)
+    return kept
+
+
+def read_run(logdir: str | os.PathLike[str]) -> RunCurves:
+    """The curves of the run in `logdir`.
+
+    Raises:
+      ValueError: naming the run when it has no `train.csv` or no row with a mean return.
+    """
+    logdir = os.fspath(logdir)
+    train = os.path.join(logdir, "train.csv")
+    if not storage.isfile(train):
+        raise ValueError(f"{logdir} has no train.csv: pass the logdir of a run.")
+    table = _read_csv(train)
+    if table and "env_steps" not in table[0] and "learner_steps" in table[0]:
+        raise ValueError(f"{logdir} learned offline from a dataset (no env steps to plot "
+                         "against): its curves are in learner.csv and evaluator.csv, by "
+                         "learner step.")
+    rows = [{"env_steps": _number(r.get("env_steps")), "wall_s": _number(r.get("wall_s")),
+             "mean_return": _number(r.get("mean_return"))} for r in table]
+    rows = continued([r for r in rows if math.isfinite(r["env_steps"])])
+    rows = [r for r in rows if math.isfinite(r["mean_return"])]
+    if not rows:
+        raise ValueError(f"{train} has no row with a mean return yet (no episode ended).")
+    evaluations: list[dict[str, float]] = []
+    evaluator = os.path.join(logdir, "evaluator.csv")
+    if storage.isfile(evaluator):
+        evaluations = continued([
+            {"env_steps": _number(r.get("env_steps")), "eval_return": _number(r.get("eval_return"))}
+            for r in _read_csv(evaluator)])
+        evaluations = [r for r in evaluations
+                       if math.isfinite(r["env_steps"]) and math.isfinite(r["eval_return"])]
+    group, label = _group(logdir)
+    eval_returns = np.array([r["eval_return"] for r in evaluations], np.float64)
+    return RunCurves(
+        logdir=logdir, group=group, label=label,
+        env_steps=np.array([r["env_steps"] for r in rows]),
+        wall_s=np.array([r["wall_s"] for r in rows]),
+        mean_return=np.array([r["mean_return"] for r in rows]),
+        eval_env_steps=np.array([r["env_steps"] for r in evaluations], np.float64),
+        eval_return=_running_mean(eval_returns, _EVAL_WINDOW),
+        eval_raw=eval_returns,
+    )
+
+
+def _group(logdir: str) -> tuple[str, dict[str, Any]]:
+    """The run's group key and the fields that name it (the directory's name when the
+    run has no run.json)."""
+    try:
+        record = read_run_record(logdir)
+    except ValueError:
+        name = os.path.basename(os.path.normpath(logdir))
+        return name, {"run": name}
+    label = {"agent": record.builder.rsplit(".", 1)[-1].removesuffix("Builder"),
+             "env": record.environment or "(factory)",
+             **{f"{k}": v for k, v in sorted(record.config.items())},
+             **{k: record.experiment.get(k) for k in _GROUP_SETTINGS}}
+    return json.dumps(label, sort_keys=True), label
+
+
+def config_labels(logdirs: Sequence[str]) -> dict[str, str]:
+    """A readable setting per run given by itself: runs of the same config share it, and
+    it names the agent, the environment and the settings in which the configs differ."""
+    keyed = {logdir: _group(logdir) for logdir in logdirs}
+    groups: dict[str, list[Any]] = {}
+    for key, label in keyed.values():
+        groups.setdefault(key, []).append(types.SimpleNamespace(label=label))
+    names = _labels(groups, counts=False)
+    return {logdir: names[key] for logdir, (key, _) in keyed.items()}
+
+
+def _running_mean(values: np.ndarray, window: int) -> np.ndarray:
+    if values.size == 0:
+        return values
+    sums = np.cumsum(np.insert(values, 0, 0.0))
+    counts = np.minimum(np.arange(1, values.size + 1), window)
+    return (sums[1:] - sums[np.arange(values.size) + 1 - counts]) / counts
+
+
+def _labels(groups: dict[str, list[Any]], counts: bool = True) -> dict[str, str]:
+    """A legend label per group: agent and environment, and the settings in which groups
+    differ (all of them would not fit)."""
+    labels = {key: runs[0].label for key, runs in groups.items()}
+    keys = sorted({k for label in labels.values() for k in label})
+    differing = [k for k in keys if k not in ("agent", "env")
+                 and len({json.dumps(label.get(k)) for label in labels.values()}) > 1]
+    named = {}
+    for key, label in labels.items():
+        base = " ".join(str(label[k]) for k in ("agent", "env", "run") if k in label)
+        extra = ", ".join(f"{k}={label.get(k)}" for k in differing)
+        count = len(groups[key])
+        runs = f" ({count} runs)" if count > 1 and counts else ""
+        named[key] = f"{base}{' ' + extra if extra else ''}{runs}"
+    return named
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +183,6 @@ def find_runs(paths: Sequence[str | os.PathLike[str]]) -> list[RunRef]:
     Raises:
       ValueError: For a path that is neither, naming it.
     """
-    from launch.commands.plotting import config_labels
-
     found: list[tuple[str, str | None]] = []  # (logdir, setting; None: by its config)
     for path in map(os.fspath, paths):
         if _is_run(path):
@@ -90,12 +226,26 @@ def final_score(logdir: str) -> tuple[float, bool] | None:
             if value is not None and math.isfinite(float(value)):
                 return float(value), True
         return None
-    from launch.commands.plotting import read_run
-
     try:
         return float(read_run(logdir).mean_return[-1]), False
     except ValueError:
         return None
+
+
+def write_result(logdir: str, result: Any) -> None:
+    """Writes a finished run's `RunResult` as `logdir/result.json`, whole or not at all."""
+    path = os.path.join(logdir, RESULT_FILE)
+    with open(path + ".tmp", "w") as f:
+        json.dump(dataclasses.asdict(result), f, indent=1, default=float)
+    os.replace(path + ".tmp", path)
+
+
+def read_result(logdir: str) -> dict[str, Any] | None:
+    path = os.path.join(logdir, RESULT_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
 
 
 def require_rliable() -> Any:
