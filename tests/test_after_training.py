@@ -20,10 +20,11 @@ from builders.vtrace import VTraceBuilder
 from launch.backends.inprocess import run_inprocess
 from launch.commands import cli
 from launch.commands.export import METADATA_FILE, ONNX_FILE, export_policy
-from launch.commands.plotting import continued, plot_runs
+from launch.commands.plotting import plot_runs
 from launch.experiment import Experiment
 from launch.restore import load_run
 from launch.run_record import read_run_record
+from launch.studies.results import continued
 from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.utils import checkpointing

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from launch.commands import Agents, failing
-from launch.studies.results import _EVAL_WINDOW, RunCurves, continued, read_run  # noqa: F401
+from launch.studies.results import _EVAL_WINDOW, RunCurves, read_run
 
 _GRID_POINTS = 200
 

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from launch.studies.results import RESULT_FILE, read_result, write_result  # noqa: F401
+from launch.studies.results import RESULT_FILE, read_result
 
 SWEEP_FILE = "sweep.json"
 DEFAULT_SETTING = "default"
