@@ -12,6 +12,7 @@ from seed_agents.envs.registry import EnvironmentFactory, split_frame_stack
 from seed_agents.inference.security import TLSConfig, make_token
 from seed_agents.utils.checkpointing import check_resume
 from seed_agents.utils.class_paths import class_path
+from seed_agents.utils.trackers import DEFAULT_LOGGERS, TRACKERS, check_loggers
 
 if TYPE_CHECKING:  # builders import TensorFlow; runner processes import this module
     from builders.base import AgentBuilder
@@ -62,6 +63,11 @@ class Experiment:
         (of the evaluation environments' episodes when the policy has some).
       max_wall_s: stop after this many seconds of wall time, whatever the budget says.
       logdir: where CSV logs go; None logs to the terminal only.
+      loggers: where metrics go besides the terminal (`seed_agents.utils.trackers.LOGGERS`):
+        "csv" (always written, with a logdir: the run's own record), "tensorboard"
+        (`<logdir>/tb/`), "wandb" and "mlflow" (trackers: the driver sends them the CSV
+        logs' rows, the run's record and its final figures; `RunTrackers`). Trackers need
+        a local logdir and their extra (`pip install 'seed-agents[wandb]'`).
       transport: how central-inference runners reach the server: "direct" (runner threads
         call it) or "grpc" (runner processes stream over gRPC, as on a cluster).
       inference_address: where the gRPC inference service listens ("127.0.0.1:0" picks a
@@ -138,6 +144,7 @@ class Experiment:
     target_return: float | None = None
     max_wall_s: float | None = None
     logdir: str | None = None
+    loggers: tuple[str, ...] = DEFAULT_LOGGERS
     transport: Literal["direct", "grpc"] = "direct"
     inference_address: str = "127.0.0.1:0"
     inference_max_wait_ms: float = 2.0
@@ -220,6 +227,10 @@ class Experiment:
             raise ValueError(f"transport must be 'direct' or 'grpc', got {self.transport!r}.")
         if self.transport == "grpc" and self.inference != "central":
             raise ValueError("transport='grpc' serves central inference; use inference='central'.")
+        self.loggers = check_loggers(self.loggers)
+        if self.trackers and not (self.logdir and "://" not in self.logdir):
+            raise ValueError(f"loggers {list(self.trackers)} follow the run's CSV logs: give "
+                             "a logdir on this machine (not a URL).")
         if self.max_wall_s is not None and self.max_wall_s <= 0:
             raise ValueError(f"max_wall_s must be > 0, got {self.max_wall_s}.")
         self.builder.check_num_envs(self.num_envs)
@@ -262,6 +273,16 @@ class Experiment:
 
     def runner_seed(self, runner: int) -> int:
         return self.seed + 1000 * runner
+
+    @property
+    def tensorboard(self) -> bool:
+        """Whether the run writes TensorBoard events (`loggers`)."""
+        return "tensorboard" in self.loggers
+
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """The experiment trackers among `loggers` (W&B, MLflow)."""
+        return tuple(name for name in self.loggers if name in TRACKERS)
 
     @property
     def checkpointing(self) -> bool:

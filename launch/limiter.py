@@ -13,6 +13,7 @@ the status carries the rates since the start, for the run's summary.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -146,7 +147,7 @@ def start_program_rates(experiment: Experiment, read: Callable[[], Figures],
     from seed_agents.utils.loggers import make_default_logger
 
     logger = make_default_logger("rates", logdir, print_every_s=0.0, stream=stream,
-                                 append=experiment.resume, tensorboard=True,
+                                 append=experiment.resume, tensorboard=experiment.tensorboard,
                                  keys=_CONSOLE_RATES, redraw=False)
     return RateReporter(read, program_rates, logger,
                         log_every_s=rates_every_s(experiment)).start()
@@ -270,7 +271,7 @@ def limit_program(
 
     logger = make_default_logger("train", logdir, total=experiment.max_env_steps,
                                  print_every_s=experiment.log_every_s, stream=stream,
-                                 append=experiment.resume, tensorboard=True)
+                                 append=experiment.resume, tensorboard=experiment.tensorboard)
 
     def status() -> dict[str, Any]:
         try:
@@ -279,10 +280,39 @@ def limit_program(
             return {}
         return counts if restarts is None else {**counts, "restarts": restarts()}
 
+    trackers = open_trackers(experiment, stream)
+    result = None
     try:
-        return StepLimiter(experiment, status, logger, poll_s=poll_s).run(failure, wait)
+        result = StepLimiter(experiment, status, logger, poll_s=poll_s).run(failure, wait)
+        return result
     finally:
         logger.close()
+        if trackers is not None:
+            trackers.close(tracked_figures(result), failed=result is None)
+
+
+def open_trackers(experiment: Experiment, stream: Any = None,
+                  step_key: str = "env_steps") -> Any:
+    """The run's experiment trackers (`Experiment.loggers`: W&B, MLflow), given its record
+    (`run.json`) as their config, or None where it has none. Every backend's driver opens
+    them once its `run.json` is written."""
+    if not experiment.trackers:
+        return None
+    from launch.run_record import read_run_record
+    from seed_agents.utils.trackers import RunTrackers
+
+    config = read_run_record(experiment.logdir).to_json()
+    return RunTrackers(experiment.trackers, experiment.logdir, config,
+                       resume=experiment.resume, step_key=step_key, stream=stream)
+
+
+def tracked_figures(result: Any) -> dict[str, Any]:
+    """A run's final figures for its trackers: the result's numbers and stop reason
+    (none for a run that ended by an error)."""
+    if result is None:
+        return {}
+    return {key: value for key, value in dataclasses.asdict(result).items()
+            if isinstance(value, int | float | str) and not isinstance(value, bool)}
 
 
 def limit_remote_program(

@@ -210,11 +210,11 @@ def learner_checkpointer(experiment: Experiment, learner: Any, counter: Any,
 
 
 def make_learner_logger(logdir: str | None, append: bool, watch: Any = None,
-                        stream: Any = None) -> Any:
-    """The learner's logger: `<logdir>/learner.csv` (every step) and TensorBoard events
-    in `<logdir>/tb/learner` (at most one row a second: a scalar costs TensorFlow about
-    0.1 ms, too much on every step); nothing without a logdir. Shared by the in-process
-    backend and `learner_node`.
+                        stream: Any = None, tensorboard: bool = True) -> Any:
+    """The learner's logger: `<logdir>/learner.csv` (every step) and, with `tensorboard`,
+    TensorBoard events in `<logdir>/tb/learner` (at most one row a second: a scalar costs
+    TensorFlow about 0.1 ms, too much on every step); nothing without a logdir. Shared
+    by the in-process backend and `learner_node`.
 
     With `watch` (a `seed_agents.networks.health.CollapseWatch`), every row also goes to
     it, and its warning, when a collapse is seen, is printed to `stream` (the node's
@@ -225,9 +225,9 @@ def make_learner_logger(logdir: str | None, append: bool, watch: Any = None,
     if not logdir:
         logger = NoOpLogger()
     else:
-        logger = Dispatcher([CSVLogger(logdir, "learner", append=append),
-                             TensorBoardLogger(logdir, "learner", step_key="learner_steps",
-                                               every_s=1.0)])
+        logger = Dispatcher([CSVLogger(logdir, "learner", append=append)] + (
+            [TensorBoardLogger(logdir, "learner", step_key="learner_steps", every_s=1.0)]
+            if tensorboard else []))
     return logger if watch is None else WatchedLogger(logger, watch, stream)
 
 
@@ -321,7 +321,7 @@ def learner_node(context: NodeContext, experiment: Experiment, restart: int = 0,
     items = replay_items(client) if experiment.resume else 0
     watch = CollapseWatch()
     learner_logger = make_learner_logger(context.logdir, experiment.resume or restart > 0,
-                                         watch, context.out)
+                                         watch, context.out, experiment.tensorboard)
     learner = builder.make_learner(networks, replay.address, counter, learner_logger)
     inference = service = recorder = adder = None
     state: dict[str, Any] = {"episodes": stats, "clock": clock}

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from launch.experiment import Experiment
+from launch.limiter import open_trackers, tracked_figures
 from launch.nodes import learner_checkpointer, make_learner_logger
 from launch.run_record import write_run_record
 from seed_agents.environment_loop import play_episode
@@ -128,7 +129,7 @@ def run_offline(experiment: Experiment, stream: TextIO | None = None,
                                  num_envs=1)
     environment = experiment.environment if isinstance(experiment.environment, str) else None
     replay = load_replay(experiment.dataset, builder, spec, policy, environment)
-    evaluator = learner = logger = learner_logger = None
+    evaluator = learner = logger = learner_logger = trackers = None
     try:
         print(replay.summary(), file=stream, flush=True)
         if experiment.logdir:
@@ -136,7 +137,8 @@ def run_offline(experiment: Experiment, stream: TextIO | None = None,
             write_run_record(experiment)
         counter, clock = Counter(), RunClock()
         evaluator = _Evaluator(experiment, networks, spec)
-        learner_logger = make_learner_logger(experiment.logdir, experiment.resume)
+        learner_logger = make_learner_logger(experiment.logdir, experiment.resume,
+                                             tensorboard=experiment.tensorboard)
         learner = builder.make_learner(networks, replay.address, counter, learner_logger)
         checkpointer = learner_checkpointer(
             experiment, learner, counter, replay.items, stream,
@@ -144,13 +146,19 @@ def run_offline(experiment: Experiment, stream: TextIO | None = None,
         logger = make_default_logger("train", experiment.logdir,
                                      total=experiment.max_learner_steps,
                                      print_every_s=experiment.log_every_s, stream=stream,
-                                     append=experiment.resume, tensorboard=True,
+                                     append=experiment.resume,
+                                     tensorboard=experiment.tensorboard,
                                      step_key="learner_steps")
+        trackers = open_trackers(experiment, stream, step_key="learner_steps")
         reason = _train(experiment, learner, counter, clock, evaluator, logger, checkpointer)
         returns = [evaluator.episode(_learner_steps(counter))
                    for _ in range(final_eval_episodes)]
         if checkpointer is not None:
             checkpointer.save()
+    except BaseException:
+        if trackers is not None:
+            trackers.close({}, failed=True)
+        raise
     finally:
         for part in (logger, learner_logger, evaluator):
             if part is not None:
@@ -158,10 +166,13 @@ def run_offline(experiment: Experiment, stream: TextIO | None = None,
         del learner
         replay.server.stop()
     wall = clock.elapsed_s()
-    return OfflineResult(replay=replay.summary(), learner_steps=_learner_steps(counter),
-                         wall_s=wall, stop_reason=reason, eval_returns=tuple(returns),
-                         eval_episodes=int(evaluator.stats.episodes),
-                         logdir=experiment.logdir)
+    result = OfflineResult(replay=replay.summary(), learner_steps=_learner_steps(counter),
+                           wall_s=wall, stop_reason=reason, eval_returns=tuple(returns),
+                           eval_episodes=int(evaluator.stats.episodes),
+                           logdir=experiment.logdir)
+    if trackers is not None:
+        trackers.close({**tracked_figures(result), "eval_mean_return": result.eval_mean_return})
+    return result
 
 
 def _learner_steps(counter: Any) -> int:

@@ -41,6 +41,7 @@ from seed_agents.inference.security import (  # noqa: E402
 from seed_agents.utils import storage  # noqa: E402
 from seed_agents.utils.checkpointing import has_learner_checkpoint, learner_directory  # noqa: E402
 from seed_agents.utils.overrides import parse_overrides  # noqa: E402
+from seed_agents.utils.trackers import DEFAULT_LOGGERS, LOGGERS  # noqa: E402
 
 BACKENDS = {"inprocess": run_inprocess, "local_mp": run_local_mp, "ray": run_ray}
 COMMANDS: dict[str, Callable[[argparse.Namespace, Agents], int]] = {
@@ -207,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--logdir", default=None,
                        help="directory for CSV logs and checkpoints "
                             "(default: runs/<agent>-<time>)")
+    train.add_argument("--logger", action="append", choices=LOGGERS, default=None,
+                       help="where metrics go besides the terminal, repeatable: csv (always "
+                            "written), tensorboard, wandb, mlflow (the trackers need "
+                            "pip install 'seed-agents[wandb]' or '[mlflow]'; W&B offline "
+                            "with WANDB_MODE=offline, MLflow in <logdir>/mlflow.db unless "
+                            "MLFLOW_TRACKING_URI is set) (default: csv and tensorboard)")
     train.add_argument("--checkpoint-every-s", type=float, default=600.0,
                        help="seconds between checkpoints of the learner, the counts and "
                             "(for off-policy agents) the replay in <logdir>/checkpoints; "
@@ -242,6 +249,22 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--parallel", type=int, default=1, metavar="N",
                        help="runs of a sweep at a time, each a process with its output in "
                             "PARENT/<setting>/seed-<n>.out (default: 1, on this console)")
+    tune = train.add_argument_group(
+        "tuning", "a search over config values with early stopping of poor trials, each "
+                  "trial an ordinary run in --logdir PARENT/<setting>/seed-<seed> "
+                  "(Optuna: launch/studies/tuning.py; pip install 'seed-agents[tune]')")
+    tune.add_argument("--search", action="append", default=[], metavar="KEY=SPACE",
+                      help="a config field to tune, repeatable: KEY=log:LOW,HIGH, "
+                           "float:LOW,HIGH, int:LOW,HIGH or choice:A,B,...")
+    tune.add_argument("--trials", type=int, default=8,
+                      help="trials of the search, counting those of earlier pieces "
+                           "(default: 8; --parallel N runs N at a time)")
+    tune.add_argument("--prune", choices=["asha", "none"], default="asha",
+                      help="stop poor trials early by successive halving (ASHA), keeping "
+                           "the better half at each rung, or not (default: asha)")
+    tune.add_argument("--min-steps", type=int, default=None, metavar="N",
+                      help="env steps of ASHA's first rung; rungs at N x 2^k "
+                           "(default: a quarter of --steps)")
     add_parsers(commands)
     return parser
 
@@ -300,6 +323,7 @@ def make_experiment(args: argparse.Namespace) -> Experiment:
         max_wall_s=args.max_wall_s,
         log_every_s=args.log_every_s,
         logdir=logdir,
+        loggers=tuple(getattr(args, "logger", None) or DEFAULT_LOGGERS),
         evaluate_every_s=args.evaluate_every_s or None,
         learner_gpus=args.learner_gpus,
         replay_port=args.replay_port,
@@ -318,11 +342,17 @@ LOST_FINAL_CHECKPOINT = 3
 
 
 def train(args: argparse.Namespace) -> int:
+    def run_command(spec: str) -> list[str]:  # one run of a sweep or a search
+        return [sys.executable, "-m", "launch.commands.cli", RUN_SPEC, spec]
+
+    if getattr(args, "search", None):
+        from launch.studies.tuning import run_search
+
+        return run_search(args, make_experiment, run_command)
     if getattr(args, "seeds", None) or getattr(args, "grid", None):
         from launch.studies.sweeps import run_sweep
 
-        return run_sweep(args, make_experiment,
-                         lambda spec: [sys.executable, "-m", "launch.commands.cli", RUN_SPEC, spec])
+        return run_sweep(args, make_experiment, run_command)
     try:
         experiment = make_experiment(args)
         experiment.check_checkpoints()  # the backends check too; here the error is short

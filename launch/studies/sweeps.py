@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from launch.studies.results import RESULT_FILE, read_result
@@ -40,7 +40,7 @@ DEFAULT_SETTING = "default"
 # may change between the pieces of one.
 _IDENTITY = ("agent", "env", "backend", "steps", "preset", "overrides", "seeds", "grid",
              "dataset", "target_return")
-_SWEEP_ONLY = ("seeds", "grid", "parallel")
+_SWEEP_ONLY = ("seeds", "grid", "parallel", "search", "trials", "prune", "min_steps")
 _STOP_GRACE_S = 60.0
 
 
@@ -166,7 +166,8 @@ def _check_parent(parent: str, args: argparse.Namespace) -> None:
 def _child_args(args: argparse.Namespace, run: SweepRun) -> dict[str, Any]:
     child = {k: v for k, v in vars(args).items() if k not in _SWEEP_ONLY}
     child.update(seed=run.seed, logdir=run.logdir, resume=False, resume_if_checkpointed=True,
-                 overrides=[*args.overrides, *run.overrides], seeds=None, grid=[], parallel=1)
+                 overrides=[*args.overrides, *run.overrides], seeds=None, grid=[], parallel=1,
+                 search=[])
     return child
 
 
@@ -221,7 +222,7 @@ def run_sweep(args: argparse.Namespace, make_experiment: Callable[[argparse.Name
           f"{args.parallel} at a time.", file=stream, flush=True)
     # Ctrl-C and SIGTERM reach the loop as KeyboardInterrupt even where the sweep was
     # started with SIGINT ignored (a background job of a script): its runs must stop.
-    previous = ({sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = ({sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
                 if threading.current_thread() is threading.main_thread() else {})
     try:
         failed = _run_all(args, todo, run_command, stream)
@@ -240,21 +241,35 @@ def run_sweep(args: argparse.Namespace, make_experiment: Callable[[argparse.Name
     return 1 if failed else 0
 
 
-def _interrupt(signum, frame) -> None:
+def interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _start(args: argparse.Namespace, run: SweepRun,
+def start_run(args: argparse.Namespace, run: SweepRun,
            run_command: Callable[[str], list[str]]) -> subprocess.Popen:
     os.makedirs(os.path.dirname(run.logdir), exist_ok=True)
     spec = f"{run.logdir}.args.json"
     with open(spec, "w") as f:
         json.dump(_child_args(args, run), f)
     command = run_command(spec)
+    env = tracker_environment(os.path.dirname(os.path.dirname(run.logdir)))
     if args.parallel == 1:  # one at a time: its progress on this console
-        return subprocess.Popen(command)
+        return subprocess.Popen(command, env=env)
     with open(run.output_path, "a") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def tracker_environment(parent: str) -> dict[str, str]:
+    """The environment of a sweep's runs: in the trackers (`--logger wandb|mlflow`) they
+    are one group, W&B's run group and MLflow's experiment named for the parent, and
+    share MLflow's database in the parent, unless the environment names others."""
+    env = dict(os.environ)
+    name = os.path.basename(os.path.abspath(parent))
+    env.setdefault("WANDB_RUN_GROUP", name)
+    env.setdefault("MLFLOW_EXPERIMENT_NAME", name)
+    env.setdefault("MLFLOW_TRACKING_URI",
+                   "sqlite:///" + os.path.abspath(os.path.join(parent, "mlflow.db")))
+    return env
 
 
 def _run_all(args: argparse.Namespace, todo: list[SweepRun],
@@ -267,7 +282,7 @@ def _run_all(args: argparse.Namespace, todo: list[SweepRun],
             while pending and len(running) < args.parallel:
                 run = pending.pop(0)
                 print(f"[sweep] {run.name}: started", file=stream, flush=True)
-                running[_start(args, run, run_command)] = run
+                running[start_run(args, run, run_command)] = run
             time.sleep(0.2)
             for process in [p for p in running if p.poll() is not None]:
                 run = running.pop(process)
@@ -278,12 +293,12 @@ def _run_all(args: argparse.Namespace, todo: list[SweepRun],
                     print(f"[sweep] {run.name}: failed (exit status {process.returncode})",
                           file=stream, flush=True)
     except KeyboardInterrupt:
-        _stop(running)
+        stop_runs(running)
         return None
     return failed
 
 
-def _stop(running: dict[subprocess.Popen, SweepRun]) -> None:
+def stop_runs(running: Iterable[subprocess.Popen]) -> None:
     """Ctrl-C: each run stops its nodes itself on SIGINT (a terminal sends it to the whole
     group; `kill` of the sweep only to the sweep), within a bound, then is killed."""
     for process in running:
