@@ -23,7 +23,7 @@ never one above (`FLOORS`, where the longest matching prefix places a module):
   7. `launch`: the deployment core (experiment, program, nodes, limiter, control, the
      run's record, restore)
   8. `launch.backends`: inprocess, local_mp, ray, offline; `launch.studies`: sweeps of
-     runs, runs read as results, their comparison
+     runs, searches over settings, runs read as results, their comparison
   9. `launch.commands`: the command line and the commands after training
 
 They follow the design's layers (the parts, the recipes, deployment) and the imports as
