@@ -149,6 +149,7 @@ class _Running:
     run: SweepRun
     process: subprocess.Popen
     follower: CSVFollower
+    budget: float = math.inf  # env steps
     pruned: bool = False
     last_step: int = -1
 
@@ -282,7 +283,8 @@ def _search(args: argparse.Namespace, study: Any, spaces: Sequence[SearchSpace],
                       flush=True)
                 process = start_run(args, run, run_command)
                 running.append(_Running(trial, run, process,
-                                        CSVFollower(os.path.join(run.logdir, "train.csv"))))
+                                        CSVFollower(os.path.join(run.logdir, "train.csv")),
+                                        budget=args.steps or math.inf))
             time.sleep(0.5)
             for entry in list(running):
                 _follow(entry)
@@ -294,7 +296,7 @@ def _search(args: argparse.Namespace, study: Any, spaces: Sequence[SearchSpace],
                            state=state)
                 if state == TrialState.FAIL:
                     failed.append(entry.trial)
-                shown = f"{value:.2f}" if value is not None else ""
+                shown = f"{value:.2f} " if value is not None else ""
                 print(f"[tune] trial {entry.trial.number} {entry.run.setting}: "
                       f"{state.name.lower()} {shown}(exit status {entry.process.returncode})",
                       file=stream, flush=True)
@@ -312,7 +314,8 @@ def _follow(entry: _Running) -> None:
             continue
         entry.trial.report(value, int(step))
         entry.last_step = int(step)
-        if not entry.pruned and entry.trial.should_prune():
+        # A trial at its budget is done: a rung there would stop what already finished.
+        if not entry.pruned and step < entry.budget and entry.trial.should_prune():
             entry.pruned = True
             entry.process.send_signal(signal.SIGINT)
 
