@@ -198,6 +198,12 @@ def test_cli_overrides_parse_and_fail_clearly():
         cli.parse_overrides(VTraceConfig, ["learning_rate"])
     with pytest.raises(ValueError, match="queue_size"):
         cli.parse_overrides(VTraceConfig, ["queue_size=2"])
+    with pytest.raises(ValueError, match="learning_rate takes a number, got 'abc'"):
+        cli.parse_overrides(VTraceConfig, ["learning_rate=abc"])
+    with pytest.raises(ValueError, match="takes True or False, got 'yes'"):
+        cli.parse_overrides(VTraceConfig, ["normalize_advantages=yes"])
+    flag = cli.parse_overrides(VTraceConfig, ["normalize_advantages=1"]).normalize_advantages
+    assert flag is True
 
 
 def test_cli_help_and_bad_input():
