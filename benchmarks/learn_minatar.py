@@ -8,8 +8,8 @@
 Trains the agent on each `minatar:<game>` (the published protocol: sticky actions 0.1,
 difficulty ramping, no episode cap but Freeway's own 2500 frames; the minimal action set,
 where the MinAtar paper's curves used all six actions, as `minatar:<game>,full_actions=1`
-does) as local processes, the SEED data path of the
-README (runner processes over gRPC, central batched inference next to the learner, Reverb),
+does) as local processes, the SEED data path of docs/architecture.md (runner processes
+over gRPC, central batched inference next to the learner, Reverb),
 for `--frames` frames each (MinAtar has no frame skip: a frame is an env step; the default
 is the largest budget among the agent's anchors). Per game it reports, for every seed:
 
@@ -56,7 +56,7 @@ AGENTS = ("vtrace", "r2d2")
 LAST_EPISODES = 100  # the anchors' final figure: the mean of the last 100 episodes
 
 # Published results at fixed frame budgets, per agent family: the first of each agent's
-# list is its primary anchor (the JSON's ratio). Sources in the README's MinAtar section.
+# list is its primary anchor (the JSON's ratio). Sources in docs/atari.md (MinAtar).
 # The MinAtar paper's scores are read off its learning-curve figure (the mean of 30 seeds'
 # 100-episode moving averages; about +-1, +-5 on Space Invaders): the paper has no table.
 _MINATAR_PAPER = ("Young & Tian 2019, arXiv:1903.03176, github.com/kenjyoung/MinAtar "

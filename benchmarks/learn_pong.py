@@ -8,11 +8,12 @@
 
 Trains `atari:<game>` (Pong unless `--game` names another) under the named protocol
 (`seed_agents.envs.atari.ATARI_PROTOCOLS`) with the named preset of the agent as local
-processes (the README's Atari data path: runner processes, central inference, and V-trace's
-FIFO queue or R2D2's prioritized sequences), ends V-trace's schedules with the frame
-budget where it has them (`anneal_over_budget`; `atari_ppo` adapts its learning rate
-instead), and reads the run's `train.csv` (the mean return of the last 100 games against
-env steps) back as the score curve. Frames are emulator frames: env steps x 4.
+processes (the SEED data path, docs/architecture.md: runner processes, central
+inference, and V-trace's FIFO queue or R2D2's prioritized sequences), ends V-trace's
+schedules with the frame budget where it has them (`anneal_over_budget`; `atari_ppo`
+adapts its learning rate instead), and reads the run's `train.csv` (the mean return of
+the last 100 games against env steps) back as the score curve. Frames are emulator
+frames: env steps x 4.
 
 R2D2's score is its evaluation environments' (`num_eval_envs`, acting with
 `eval_epsilon`: the `atari` preset's 8 environments at Dopamine's epsilon 0.01), whose

@@ -80,7 +80,7 @@ def add_parsers(commands: Any) -> None:
                     "its greedy (deterministic) policy, optionally with epsilon-random "
                     "actions (discrete) or Gaussian noise (continuous), and write them "
                     "whole to a new dataset directory (TFRecord files and spec.json: see "
-                    "the README's dataset format) that `train --dataset` learns from.")
+                    "docs/offline.md, The dataset format) that `train --dataset` learns from.")
     _add_run_arguments(record)
     record.add_argument("--episodes", type=int, required=True, help="episodes to record")
     record.add_argument("--out", required=True, help="a new (or empty) directory")

@@ -18,7 +18,7 @@ class D4PGConfig(ActorCriticConfig):
         is for many actors feeding one learner over millions of steps; at 100K env steps
         on one machine it leaves the learner a few thousand updates. On walker-walk at
         100K env steps, seed 1 evaluated at 268 with half an update per step and Adam
-        at 1e-4, and at 955 with these two settings (README, Continuous control);
+        at 1e-4, and at 955 with these two settings (docs/continuous-control.md);
       * Adam at 3e-4 for both networks (Acme: 1e-4), SAC's step;
       * hidden sizes (256, 256) for both networks (Acme: (256, 256, 256) and
         (512, 512, 256)): about a third of the critic's compute per update;

@@ -100,7 +100,7 @@ at 2.5e-4 (0.40-0.70 throughout); Pong at 1e-3 kept ~0.2 and Breakout ~0.8, Fros
 0.2-0.4. A brake on the live fraction itself (divide the rate when it falls under 0.1)
 came too late on Venture and, the features staying low, drove the rate to its floor: not
 kept. What the 1e-3 cap had bought: Pong without sticky actions at +18 within 5.03M and
-6.32M frames (seeds 3 and 4; see the README's Atari section), where 2.5e-4 annealed to 0
+6.32M frames (seeds 3 and 4; see docs/atari.md), where 2.5e-4 annealed to 0
 took 7.95M on seed 1 and missed on seed 2; with 2.5e-4 held (not annealed) Pong is
 expected between the two.
 
@@ -108,8 +108,8 @@ Why minibatches: with one gradient step per epoch (4 per 1,024 samples, `num_min
 Pong's policy had not moved after 4M frames (100-game mean -20.05, entropy 1.75 of the
 uniform 1.79, the learner waiting for data 95-99% of the time); with PPO's 16 it passed 0
 at 4.45M frames on the same seed. The learner is then the busy part of a 2-core run (the
-runners wait on the full queue), at about 3,100 frames/s. See the README's Atari section
-for each seed's curve.
+runners wait on the full queue), at about 3,100 frames/s. See docs/atari.md for each
+seed's curve.
 """
 
 
@@ -147,8 +147,8 @@ within 300K frames, 2.5e-3 at 15.0 and 5e-3 at 22.9: this small network wants a 
 The value is learned on PopArt-normalized targets (`value_normalization=popart`; Space
 Invaders' returns are ten times Breakout's) and the learning rate falls linearly to 0 over
 the run's budget, as PPO's does: at 5M frames (2 seeds) Space Invaders went from 139.0
-without the two to 320.8 with them, Asterix from 31.7 to 51.0. See the README's MinAtar
-section for the figures and what else was tried.
+without the two to 320.8 with them, Asterix from 31.7 to 51.0. See docs/atari.md (MinAtar)
+for the figures and what else was tried.
 """
 
 
