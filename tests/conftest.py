@@ -79,7 +79,8 @@ def _stops_what_it_starts(request):
 # of them would be the whole suite's tail. The rest keep their alphabetical order.
 _LONGEST_FILES = ("test_ray_backend.py", "test_local_mp.py", "test_dqn_example.py",
                   "test_continuous.py", "test_r2d2.py", "test_launch.py",
-                  "test_custom_agent_commands.py", "test_after_training.py")
+                  "test_custom_agent_commands.py", "test_after_training.py", "test_tuning.py",
+                  "test_docs.py")
 
 
 def pytest_collection_modifyitems(items):
