@@ -6,10 +6,8 @@ from __future__ import annotations
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +18,7 @@ from launch.commands import cli
 from launch.studies.comparing import compare_runs, format_table
 from launch.studies.results import final_score, find_runs
 from launch.studies.sweeps import parse_grid, parse_seeds, plan_sweep, setting_name
-from tests.run_logs import last_env_steps
+from tests.run_logs import interrupt_when, last_env_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--env", "fake:obs=4,len=20", "--set", "unroll_length=5", "--set", "batch_size=4",
@@ -182,17 +180,7 @@ def test_ctrl_c_stops_a_sweep_and_resume_continues_it(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while last_env_steps(parent / "default" / "seed-0") < 200:
-            assert process.poll() is None and time.monotonic() < deadline, "no progress"
-            time.sleep(0.2)
-        process.send_signal(signal.SIGINT)  # the sweep alone, as `kill -INT` would
-        output, _ = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    output = interrupt_when(process, lambda: last_env_steps(parent / "default" / "seed-0") >= 200)
     assert process.returncode == 130, output[-2000:]
     assert "with --resume continues the sweep" in output
     assert not (parent / "default" / "seed-0" / "result.json").exists()

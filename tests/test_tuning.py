@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from launch.studies.tuning import (
     plan_trial,
 )
 from seed_agents.utils.trackers import CSVFollower
-from tests.run_logs import last_env_steps
+from tests.run_logs import interrupt_when, last_env_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--env", "fake:obs=4,len=20", "--set", "unroll_length=5", "--set", "batch_size=4",
@@ -88,17 +87,8 @@ def test_a_stopped_search_resumes_its_cut_off_trial_in_its_own_directory(tmp_pat
     parent = tmp_path / "tune"
     args = ("--steps", "1000000000", "--trials", "2", "--prune", "none")
     search = _search(parent, *args)
-    try:
-        deadline = time.monotonic() + 300
-        while not any(last_env_steps(p.parent) >= 200 for p in parent.glob("*/seed-0/train.csv")):
-            assert search.poll() is None and time.monotonic() < deadline, "no progress"
-            time.sleep(0.2)
-        search.send_signal(signal.SIGINT)  # the search alone, as `kill -INT` would
-        out, _ = search.communicate(timeout=120)
-    finally:
-        if search.poll() is None:
-            search.kill()
-            search.wait()
+    out = interrupt_when(search, lambda: any(
+        last_env_steps(p.parent) >= 200 for p in parent.glob("*/seed-0/train.csv")))
     assert search.returncode == 130 and "--resume continues the search" in out, out[-3000:]
     (cut,) = [p.parent for p in parent.glob("*/seed-0/train.csv")]
     assert not (cut / "result.json").exists()

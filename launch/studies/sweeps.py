@@ -19,6 +19,7 @@ the rest start. A parent that holds another sweep is refused rather than mixed i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from launch.studies.results import RESULT_FILE, read_result
@@ -220,15 +221,8 @@ def run_sweep(args: argparse.Namespace, make_experiment: Callable[[argparse.Name
     print(f"Sweep of {len(runs)} runs ({len(runs) // len(seeds)} settings x {len(seeds)} "
           f"seeds) in {parent}: {len(runs) - len(todo)} finished, {len(todo)} to run, "
           f"{args.parallel} at a time.", file=stream, flush=True)
-    # Ctrl-C and SIGTERM reach the loop as KeyboardInterrupt even where the sweep was
-    # started with SIGINT ignored (a background job of a script): its runs must stop.
-    previous = ({sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-                if threading.current_thread() is threading.main_thread() else {})
-    try:
+    with signals_interrupt():
         failed = _run_all(args, todo, run_command, stream)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if failed is None:
         print("seed-agents: interrupted; every run was stopped. The same command with "
               "--resume continues the sweep.", file=sys.stderr)
@@ -241,8 +235,23 @@ def run_sweep(args: argparse.Namespace, make_experiment: Callable[[argparse.Name
     return 1 if failed else 0
 
 
-def interrupt(signum, frame) -> None:
+def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """Within: Ctrl-C and SIGTERM reach the caller as KeyboardInterrupt, even where the
+    process was started with SIGINT ignored (a background job of a script), so that a
+    sweep or a search stops its runs (in the main thread; elsewhere signals are not
+    ours to take)."""
+    previous = ({sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+                if threading.current_thread() is threading.main_thread() else {})
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def start_run(args: argparse.Namespace, run: SweepRun,

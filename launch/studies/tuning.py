@@ -37,7 +37,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,9 +45,9 @@ from launch.studies.results import read_result
 from launch.studies.sweeps import (
     SweepRun,
     check_runs,
-    interrupt,
     is_finished,
     setting_name,
+    signals_interrupt,
     start_run,
     stop_runs,
 )
@@ -172,14 +171,9 @@ def run_search(args: argparse.Namespace, make_experiment: Callable[[argparse.Nam
     print(f"Search of {args.trials} trials over {', '.join(s.key for s in spaces)} in "
           f"{parent}: {len(done)} done, {args.trials - len(done)} to run, {args.parallel} at "
           f"a time; {stopping}.", file=stream, flush=True)
-    previous = ({sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-                if threading.current_thread() is threading.main_thread() else {})
-    try:
+    with signals_interrupt():
         failed = _search(args, study, spaces, parent, args.trials - len(done), run_command,
                          stream)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if failed is None:
         print("seed-agents: interrupted; every trial was stopped. The same command with "
               "--resume continues the search.", file=sys.stderr)
