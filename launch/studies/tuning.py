@@ -301,7 +301,11 @@ def _search(args: argparse.Namespace, study: Any, spaces: Sequence[SearchSpace],
 
 
 def _follow(entry: _Running) -> None:
-    """Reports the trial's new train rows; stops it when the pruner says so."""
+    """Reports the trial's new train rows; stops it when the pruner says so (a stopped
+    trial reports nothing more: its value is the one it was stopped at, however far
+    behind its process the follower had fallen)."""
+    if entry.pruned:
+        return
     for row in map(numbers, entry.follower.new_rows()):
         step, value = row.get("env_steps"), row.get("mean_return")
         if step is None or value is None or step <= entry.last_step:
@@ -309,9 +313,10 @@ def _follow(entry: _Running) -> None:
         entry.trial.report(value, int(step))
         entry.last_step = int(step)
         # A trial at its budget is done: a rung there would stop what already finished.
-        if not entry.pruned and step < entry.budget and entry.trial.should_prune():
+        if step < entry.budget and entry.trial.should_prune():
             entry.pruned = True
             entry.process.send_signal(signal.SIGINT)
+            return
 
 
 def _outcome(entry: _Running) -> tuple[Any, float | None]:
