@@ -1,7 +1,8 @@
-"""Continuous control at a fixed env-step budget: SAC on HalfCheetah-v5, D4PG on walker-walk.
+"""Continuous control at a fixed env-step budget: SAC and TD3 on HalfCheetah-v5, D4PG on
+walker-walk (each agent's task; `--env` runs every chosen agent on another).
 
-    python benchmarks/learn_continuous.py [--seeds 3] [--steps 100000] [--agents sac,d4pg]
-                                          [--parallel 1] [--set sac:key=value ...]
+    python benchmarks/learn_continuous.py [--seeds 3] [--steps 100000] [--agents sac,d4pg,td3]
+                                          [--env ENV] [--parallel 1] [--set sac:key=value ...]
                                           [--results-dir DIR]
 
 Each run is the in-process backend with central inference (runner threads call the
@@ -17,10 +18,17 @@ reuses them instead of training again, so seeds can be run in pieces (one per pr
 machine or session) and summarized in one line. A file whose settings differ is an error,
 never silently mixed in.
 
+`--runs-dir DIR --minutes M` splits a seed's own run into pieces: each seed trains in
+DIR/<agent>_<env>_seed<N> with checkpoints, stops after M minutes of its run's wall time
+(all pieces together), and the next invocation with the same arguments (and a larger
+`--minutes`) continues it from its newest checkpoint (replay included). A seed stopped
+short of `--steps` reports no figure (`incomplete_seeds`) until a later piece finishes it.
+
 `--parallel N` runs N seeds at once in separate processes (each with its TF threads
 sized for its share of the cores). Prints one JSON line last; measures, never asserts.
-`value` is SAC's median over seeds; `ratio` is (value - random) / (target - random), so 1
-meets the issue's target (3,000 on HalfCheetah at 100K env steps) and 0 is random play.
+`value` is SAC's median over seeds (the first agent's without SAC); `ratio` is
+(value - random) / (target - random), so 1 meets the task's target (3,000 on HalfCheetah at
+100K env steps) and 0 is random play.
 """
 
 from __future__ import annotations
@@ -35,20 +43,38 @@ import sys
 import time
 from typing import Any
 
-TASKS = {"sac": "gym:HalfCheetah-v5", "d4pg": "dmc:walker-walk"}
-TARGETS = {"sac": 3000.0, "d4pg": 500.0}
+from seed_agents.utils.checkpointing import has_learner_checkpoint, learner_directory
+
+TASKS = {"sac": "gym:HalfCheetah-v5", "d4pg": "dmc:walker-walk", "td3": "gym:HalfCheetah-v5"}
+TARGETS = {"gym:HalfCheetah-v5": 3000.0, "dmc:walker-walk": 500.0}
+"""The figure each task's `ratio` is measured against (1 meets it), where one was set."""
+
+ANCHORS = {
+    # State SAC, CURL's Table 1 (Laskin et al. 2020, 10 seeds), at 100K and 500K env steps.
+    "dmc:walker-walk": {"State SAC": {100_000: 891.0, 500_000: 948.0}},
+    "dmc:finger-spin": {"State SAC": {100_000: 811.0, 500_000: 923.0}},
+    "dmc:reacher-easy": {"State SAC": {100_000: 746.0, 500_000: 923.0}},
+    # TD3's own curves (Fujimoto et al. 2018, sfujim/TD3 learning_curves/HalfCheetah, 10
+    # seeds, HalfCheetah-v1, 10K random steps first): the mean at 100K, 500K and 1M steps;
+    # CleanRL's td3_continuous_action at 1M (3 seeds): 9,018.
+    "gym:HalfCheetah-v5": {"TD3 (Fujimoto et al.)": {100_000: 5513.5, 500_000: 8444.5,
+                                                     1_000_000: 9566.6},
+                           "TD3 (CleanRL)": {1_000_000: 9018.3}},
+}
+"""Published returns at given env steps per task: a summary names those at its budget."""
 
 
 def _builder(agent: str, overrides: list[str]) -> Any:
-    from builders.d4pg import D4PGBuilder
-    from builders.sac import SACBuilder
-    from seed_agents.agents.d4pg.config import D4PGConfig
-    from seed_agents.agents.sac.config import SACConfig
+    from launch.commands.agents import builtin_agents
     from seed_agents.utils.overrides import parse_overrides
 
-    if agent == "sac":
-        return SACBuilder(parse_overrides(SACConfig, overrides))
-    return D4PGBuilder(parse_overrides(D4PGConfig, overrides))
+    builder, config = builtin_agents()[agent]
+    return builder(parse_overrides(config, overrides))
+
+
+def task(agent: str, args: argparse.Namespace) -> str:
+    """The environment `agent` runs on: `--env`, else its own task."""
+    return args.env or TASKS[agent]
 
 
 def evaluate(builder: Any, networks: Any, env_id: str, episodes: int, seed: int) -> float:
@@ -85,14 +111,23 @@ def run_seed(agent: str, seed: int, args: argparse.Namespace, threads: int) -> d
         return captured["networks"]
 
     tf.random.set_seed(seed)
+    logdir = run_directory(args, agent, seed)
+    resume = bool(logdir and has_learner_checkpoint(learner_directory(logdir)))
     start = time.monotonic()
     result = run_inprocess(Experiment(
-        builder=builder, environment=TASKS[agent], network_factory=networks,
+        builder=builder, environment=task(agent, args), network_factory=networks,
         num_runners=1, envs_per_runner=args.envs, max_env_steps=args.steps, seed=seed,
-        log_every_s=30.0, checkpoint_every_s=None), stream=sys.stderr)
+        log_every_s=30.0, logdir=logdir, checkpoint_every_s=300.0 if logdir else None,
+        resume=resume, max_wall_s=args.minutes * 60.0 if args.minutes else None),
+        stream=sys.stderr)
     wall = time.monotonic() - start
-    eval_return = evaluate(builder, captured["networks"], TASKS[agent], args.eval_episodes,
-                           seed + 999_983)
+    if result.env_steps < args.steps:
+        print(f"{agent} seed {seed}: stopped at {result.env_steps:,} of {args.steps:,} env "
+              f"steps ({result.stop_reason}); run again with more --minutes to continue "
+              f"{logdir}", flush=True)
+        return {"seed": seed, "incomplete": True, "env_steps": result.env_steps}
+    eval_return = evaluate(builder, captured["networks"], task(agent, args),
+                           args.eval_episodes, seed + 999_983)
     out = {
         "seed": seed,
         "eval_return": round(eval_return, 1),
@@ -101,8 +136,9 @@ def run_seed(agent: str, seed: int, args: argparse.Namespace, threads: int) -> d
                               if math.isfinite(result.mean_return) else None),
         "env_steps": result.env_steps,
         "learner_steps": result.learner_steps,
-        "wall_s": round(wall, 1),
-        "updates_per_s": round(result.learner_steps / wall, 1),
+        "wall_s": round(result.wall_s, 1),  # the run's, all its pieces
+        "piece_wall_s": round(wall, 1),
+        "updates_per_s": round(result.learner_steps / max(result.wall_s, 1e-9), 1),
         "samples_per_insert": round(result.learner_steps * builder.config.batch_size
                                     / max(result.env_steps, 1), 1),
     }
@@ -110,16 +146,27 @@ def run_seed(agent: str, seed: int, args: argparse.Namespace, threads: int) -> d
     return out
 
 
+def run_directory(args: argparse.Namespace, agent: str, seed: int) -> str | None:
+    """Where a seed's run keeps its checkpoints with `--runs-dir` (None without)."""
+    if not args.runs_dir:
+        return None
+    slug = task(agent, args).replace(":", "_").replace("/", "_")
+    return os.path.join(args.runs_dir, f"{agent}_{slug}_seed{seed}")
+
+
 def seed_settings(agent: str, args: argparse.Namespace) -> dict[str, Any]:
     """What a seed's figure depends on besides its seed: runs agree on all of it to be
     summarized together."""
-    return {"env": TASKS[agent], "steps": args.steps, "envs": args.envs,
+    return {"env": task(agent, args), "steps": args.steps, "envs": args.envs,
             "eval_episodes": args.eval_episodes,
             "overrides": sorted(o for o in args.overrides if o.startswith(f"{agent}:"))}
 
 
 def _result_path(args: argparse.Namespace, agent: str, seed: int) -> str:
-    return os.path.join(args.results_dir, f"{agent}_seed{seed}.json")
+    if not args.env:  # the agent's own task: the name older results were kept under
+        return os.path.join(args.results_dir, f"{agent}_seed{seed}.json")
+    slug = args.env.replace(":", "_").replace("/", "_")
+    return os.path.join(args.results_dir, f"{agent}_{slug}_seed{seed}.json")
 
 
 def stored_result(args: argparse.Namespace, agent: str, seed: int) -> dict[str, Any] | None:
@@ -138,7 +185,8 @@ def stored_result(args: argparse.Namespace, agent: str, seed: int) -> dict[str, 
 def _run_seed_job(job: tuple) -> dict[str, Any]:
     agent, seed, args, _ = job
     result = run_seed(*job)
-    if args.results_dir:  # written whole then renamed: a killed run leaves no half file
+    if args.results_dir and not result.get("incomplete"):
+        # Written whole then renamed: a killed run leaves no half file.
         path = _result_path(args, agent, seed)
         with open(path + ".tmp", "w") as f:
             json.dump({"settings": seed_settings(agent, args), "result": result}, f)
@@ -152,6 +200,9 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=100_000, help="env steps per run")
     parser.add_argument("--agents", default="sac,d4pg")
+    parser.add_argument("--env", default=None,
+                        help="run every chosen agent on this environment id instead of its "
+                             "own task (e.g. dmc:finger-spin)")
     parser.add_argument("--envs", type=int, default=4,
                         help="environments of the one runner, the first for evaluation")
     parser.add_argument("--eval-episodes", type=int, default=10)
@@ -160,11 +211,23 @@ def main() -> None:
                         help="keep each seed's figures here and reuse those already there")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="AGENT:KEY=VALUE", help="e.g. sac:batch_size=128")
+    parser.add_argument("--runs-dir", default=None,
+                        help="keep each seed's run (checkpoints) here, continuing one that "
+                             "is there: pieces with --minutes")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="stop each seed's run after this many minutes of its wall time "
+                             "(all its pieces together; needs --runs-dir)")
     args = parser.parse_args()
+    if args.minutes and not args.runs_dir:
+        parser.error("--minutes makes pieces: name where the runs continue (--runs-dir).")
     agents = args.agents.split(",")
-    unknown = set(agents) - set(TASKS)
+    from launch.commands.agents import builtin_configs
+
+    known = set(TASKS) if args.env is None else set(builtin_configs())
+    unknown = set(agents) - known
     if unknown:
-        parser.error(f"unknown agents {sorted(unknown)}; choose from {sorted(TASKS)}")
+        parser.error(f"unknown agents {sorted(unknown)}; choose from {sorted(known)} (with "
+                     "--env: any shipped agent)")
     if args.results_dir:
         os.makedirs(args.results_dir, exist_ok=True)
     threads = max(1, (os.cpu_count() or 1) // args.parallel)
@@ -182,19 +245,29 @@ def main() -> None:
         fresh = [_run_seed_job(job) for job in to_run]
     wall = time.monotonic() - start
     stored.update({job[:2]: result for job, result in zip(to_run, fresh, strict=True)})
+    incomplete = [f"{agent}:{seed}" for (agent, seed), result in stored.items()
+                  if result.get("incomplete")]
+    if incomplete:
+        print(json.dumps({"bench": "learn_continuous", "incomplete_seeds": incomplete,
+                          "note": "pieces remain: run again with more --minutes"}))
+        return
     results = [stored[job[:2]] for job in jobs]
     by_agent = {agent: [r for (a, *_), r in zip(jobs, results, strict=True) if a == agent]
                 for agent in agents}
     from seed_agents.envs.random_play import random_return
 
-    randoms = {agent: random_return(TASKS[agent], args.eval_episodes, 12_345)
+    randoms = {agent: random_return(task(agent, args), args.eval_episodes, 12_345)
                for agent in agents}
 
     def summary(agent: str) -> dict[str, Any]:
         runs = by_agent[agent]
         value = statistics.median(r["eval_return"] for r in runs)
-        return {"env": TASKS[agent], "value": round(value, 1),
-                "random_return": round(randoms[agent], 1), "target": TARGETS[agent],
+        anchors = {name: at[args.steps]
+                   for name, at in ANCHORS.get(task(agent, args), {}).items()
+                   if args.steps in at}
+        return {"env": task(agent, args), "value": round(value, 1),
+                "random_return": round(randoms[agent], 1),
+                "target": TARGETS.get(task(agent, args)), "anchors": anchors,
                 "per_seed": runs}
 
     from seed_agents.utils.reference import machine_report
@@ -203,6 +276,7 @@ def main() -> None:
     headline = report.get("sac") or next(iter(report.values()))
     value, random = headline["value"], headline["random_return"]
     target = headline["target"]
+    ratio = None if target is None else round((value - random) / (target - random), 3)
     print(json.dumps({
         "bench": "learn_continuous",
         "value": value,
@@ -215,8 +289,9 @@ def main() -> None:
         "samples_per_insert": round(statistics.median(r["samples_per_insert"]
                                                       for r in results), 1),
         "baseline": random,
-        "ratio": round((value - random) / (target - random), 3),
-        "ratio_kind": "(value - random) / (target - random): 1 meets the target",
+        "ratio": ratio,
+        "ratio_kind": "(value - random) / (target - random): 1 meets the target (None: no "
+                      "target set for this task)",
         "machine": machine_report("float32"),
         "config": {"steps": args.steps, "envs": args.envs, "eval_episodes":
                    args.eval_episodes, "parallel": args.parallel, "overrides": args.overrides},

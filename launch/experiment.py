@@ -120,8 +120,10 @@ class Experiment:
         is written whole as it ends (`seed_agents.datasets`): the inference server hands
         each environment's rows to a recorder beside its adder, on the learner's machine.
         Evaluation environments are not recorded; an environment whose runner
-        disconnects loses its running episode. Central inference only.
-      dataset: a recorded dataset to learn from instead of acting (offline): its
+        disconnects loses its running episode. Central inference only. `rlds:DIR`
+        writes an RLDS dataset instead (`seed_agents.datasets.rlds`).
+      dataset: a recorded dataset to learn from instead of acting (offline; `rlds:DIR`
+        for an RLDS one, e.g. a D4RL download): its
         episodes fill the agent's replay tables, no runner starts, and
         `max_learner_steps` is the budget (`launch.backends.offline.run_offline`).
       max_learner_steps: the learner-step budget of an offline run.
@@ -336,8 +338,9 @@ class Experiment:
         Every backend calls this before it starts anything; it changes nothing on disk.
         """
         check_resume(self.logdir, self.resume)
-        if self.record and os.path.exists(self.record) and (
-                not os.path.isdir(self.record) or os.listdir(self.record)):
+        record = self.record and self.record.removeprefix("rlds:")
+        if record and os.path.exists(record) and (
+                not os.path.isdir(record) or os.listdir(record)):
             raise ValueError(f"--record {self.record} exists and is not an empty directory: "
                              "record into a new one. Nothing was changed.")
         if self.resume:

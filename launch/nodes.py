@@ -251,14 +251,19 @@ class WatchedLogger:
 
 def start_recording(experiment: Experiment, spec: Any, policy: Any, stream: Any) -> Any:
     """The `EpisodeRecorder` of a run with `experiment.record`: a new dataset of the
-    training environments' episodes (the server's slots), made on the learner's machine."""
+    training environments' episodes (the server's slots), made on the learner's machine
+    (an RLDS one for `rlds:DIR`)."""
     from seed_agents.datasets import DatasetSpec, DatasetWriter, EpisodeRecorder
+    from seed_agents.datasets.rlds import RLDSWriter, rlds_path
 
     environment = experiment.environment if isinstance(experiment.environment, str) else None
     behaviour = {"source": "train", "logdir": experiment.logdir,
                  "builder": experiment.identity["builder"], "seed": experiment.seed}
-    writer = DatasetWriter(experiment.record, DatasetSpec.of(environment, spec,
-                                                             policy.extras_spec, behaviour))
+    dataset_spec = DatasetSpec.of(environment, spec, policy.extras_spec, behaviour)
+    if (rlds_directory := rlds_path(experiment.record)) is not None:  # `--record rlds:DIR`
+        writer = RLDSWriter(rlds_directory, dataset_spec)
+    else:
+        writer = DatasetWriter(experiment.record, dataset_spec)
     print(f"recording training episodes to {experiment.record}", file=stream or sys.stdout,
           flush=True)
     return EpisodeRecorder(writer, experiment.num_envs)

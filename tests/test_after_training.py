@@ -406,6 +406,8 @@ def test_an_exported_continuous_policy_loads_without_seed_agents_and_acts_as_the
     result = export_policy(load_run(sac_run, cli.AGENTS), model, seed=0)
     assert result.metadata["action"]["shape"] == ["B", 1]
     assert result.metadata["action"]["dtype"] == "float32" and result.metadata["state"] == []
+    # Pendulum's torque is in [-2, 2]: the metadata gives the map from [-1, 1] to it.
+    assert result.metadata["environment_action"]["maximum"] == [2.0]
     steps, batch = 3, 5
     rng = np.random.default_rng(4)
     inputs = {}

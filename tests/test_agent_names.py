@@ -80,7 +80,8 @@ def test_shipped_names_plugins_and_import_paths_resolve(plugin):
     builder, config = resolve_agent(f"{plugin}:AnnotatedBuilder")
     assert builder.__name__ == "AnnotatedBuilder" and config.__name__ == "TinyConfig"
     assert set(agent_table(f"{plugin}:AnnotatedBuilder")) == {
-        "vtrace", "r2d2", "sac", "d4pg", "bc", "cql", f"{plugin}:AnnotatedBuilder"}
+        "vtrace", "r2d2", "sac", "d4pg", "td3", "mpo", "bc", "cql", "iql",
+        f"{plugin}:AnnotatedBuilder"}
 
 
 @pytest.mark.parametrize("name, message", [
@@ -207,4 +208,45 @@ def test_the_shipped_configs_are_the_builders_configs():
     agents = builtin_agents()
     assert {name: config for name, (_, config) in agents.items()} == builtin_configs()
     assert cli.AGENTS == agents
-    assert sorted(agents) == ["bc", "cql", "d4pg", "r2d2", "sac", "vtrace"]
+    assert sorted(agents) == ["bc", "cql", "d4pg", "iql", "mpo", "r2d2", "sac", "td3",
+                              "vtrace"]
+
+
+def test_train_help_lists_a_plugins_config_fields(plugin, capsys):
+    from launch.commands import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--agent", f"{plugin}:AnnotatedBuilder", "--help"])
+    text = capsys.readouterr().out
+    assert f"{plugin}:AnnotatedBuilder config fields" in text and "  hidden=8" in text
+    assert cli.main(["train", "--agent=nothing:Builder", "-h"]) == 2
+    assert "does not import" in capsys.readouterr().err
+
+
+UNFROZEN = '''
+import dataclasses
+
+from builders.sac import SACBuilder
+from seed_agents.agents.sac.config import SACConfig
+
+
+@dataclasses.dataclass
+class MyConfig(SACConfig):
+    extra: int = 1
+
+
+class MyBuilder(SACBuilder):
+    config_type = MyConfig
+'''
+
+
+def test_a_plugin_config_that_is_not_frozen_is_refused_naming_its_class(tmp_path,
+                                                                        monkeypatch):
+    (tmp_path / "unfrozen_plugin.py").write_text(UNFROZEN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(ValueError, match=r"unfrozen_plugin\.MyConfig extends a frozen "
+                                             r"config.*dataclass\(frozen=True\)"):
+            resolve_agent("unfrozen_plugin:MyBuilder")
+    finally:
+        sys.modules.pop("unfrozen_plugin", None)

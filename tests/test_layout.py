@@ -18,7 +18,7 @@ never one above (`FLOORS`, where the longest matching prefix places a module):
   4. the kit, rooms named for what they hold: `seed_agents.networks`,
      `seed_agents.policies`, `seed_agents.losses`, `seed_agents.learning`,
      `seed_agents.configs` (what agents are composed of)
-  5. `seed_agents.agents.<agent>`: vtrace, r2d2, sac, d4pg, bc, cql
+  5. `seed_agents.agents.<agent>`: vtrace, r2d2, sac, d4pg, td3, mpo, bc, cql, iql
   6. `builders`
   7. `launch`: the deployment core (experiment, program, nodes, limiter, control, the
      run's record, restore)
@@ -163,7 +163,8 @@ def test_the_modules_are_found():
     # A guard against a test that passes because it read nothing.
     assert "seed_agents.core" in MODULES and "launch.experiment" in MODULES
     assert GRAPH["launch.nodes"], "no imports read"
-    assert {"vtrace", "r2d2", "sac", "d4pg", "bc", "cql"} <= set(AGENT_PACKAGES)
+    assert {"vtrace", "r2d2", "sac", "d4pg", "td3", "mpo", "bc", "cql",
+            "iql"} <= set(AGENT_PACKAGES)
 
 
 def test_every_module_has_a_floor():

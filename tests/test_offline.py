@@ -1,9 +1,10 @@
 """Learning from recorded datasets end to end: train --record, seed-agents record, the
-offline agents (BC, CQL) and existing learners on a dataset, eval of an offline run, and
-the command line's errors."""
+offline agents (BC, CQL, IQL, TD3+BC) and existing learners on a dataset, eval of an
+offline run, and the command line's errors."""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 from pathlib import Path
@@ -13,14 +14,18 @@ import pytest
 
 from builders.bc import BCBuilder
 from builders.cql import CQLBuilder
+from builders.iql import IQLBuilder
 from builders.sac import SACBuilder
+from builders.td3 import TD3Builder
 from launch.backends.inprocess import run_inprocess
 from launch.backends.offline import run_offline
 from launch.commands import cli
 from launch.experiment import Experiment
 from seed_agents.agents.bc.config import BCConfig
 from seed_agents.agents.cql.config import CQLConfig
+from seed_agents.agents.iql.config import IQLConfig
 from seed_agents.agents.sac.config import SACConfig
+from seed_agents.agents.td3.config import TD3Config
 from seed_agents.datasets import iterate_episodes, load_replay, open_dataset
 from seed_agents.envs import environment_factory
 from seed_agents.specs import make_environment_spec
@@ -72,16 +77,45 @@ def test_the_sac_learner_trains_unchanged_on_a_recorded_pendulum_dataset(pendulu
         replay.server.stop()
 
 
-def test_continuous_behaviour_cloning_trains_and_evaluates_on_pendulum(pendulum_recording,
-                                                                      tmp_path):
+@pytest.mark.parametrize("builder", [
+    BCBuilder(BCConfig(batch_size=16, hidden_sizes=(16,))),
+    IQLBuilder(IQLConfig(batch_size=16, hidden_sizes=(16,), critic_hidden_sizes=(16,))),
+    TD3Builder(TD3Config(batch_size=16, actor_hidden_sizes=(16,), critic_hidden_sizes=(16,),
+                         min_replay_size=16, bc_alpha=2.5)),
+], ids=["bc", "iql", "td3_bc"])
+def test_continuous_offline_agents_train_and_evaluate_on_pendulum(pendulum_recording,
+                                                                  tmp_path, builder):
     path, _ = pendulum_recording
-    experiment = Experiment(builder=BCBuilder(BCConfig(batch_size=16, hidden_sizes=(16,))),
+    experiment = Experiment(builder=builder,
                             environment="gym:Pendulum-v1", dataset=str(path),
                             max_learner_steps=30, logdir=str(tmp_path / "bc"),
                             evaluate_every_s=None, log_every_s=0.5)
     result = run_offline(experiment, stream=io.StringIO(), final_eval_episodes=1)
     assert result.learner_steps == 30 and len(result.eval_returns) == 1
     assert np.isfinite(result.eval_mean_return)
+    with open(tmp_path / "bc" / "learner.csv") as f:
+        last = list(csv.DictReader(f))[-1]
+    loss = last.get("critic_loss") or last["loss"]  # the critics', BC's own
+    assert np.isfinite(float(loss)) and np.isfinite(float(last.get("actor_loss") or 0.0))
+
+
+def test_td3_bc_trains_offline_from_the_command_line(pendulum_recording, tmp_path, capsys):
+    path, _ = pendulum_recording
+    code = cli.main(["train", "--agent", "td3", "--preset", "td3_bc", "--env",
+                     "gym:Pendulum-v1", "--dataset", str(path), "--steps", "40",
+                     "--logdir", str(tmp_path / "td3_bc"), "--set", "actor_hidden_sizes=16,",
+                     "--set", "critic_hidden_sizes=16,", "--set", "batch_size=8",
+                     "--set", "min_replay_size=8"])
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    assert "learner steps: 40" in out.out and "final evaluation: 10 greedy" in out.out
+    record = json.loads((tmp_path / "td3_bc" / "run.json").read_text())
+    assert record["config"]["bc_alpha"] == 2.5  # the preset reached the agent
+
+
+def test_iql_refuses_discrete_actions_naming_the_spec():
+    with pytest.raises(ValueError, match="IQL learns continuous actions.*DiscreteArray"):
+        Experiment(IQLBuilder(), CARTPOLE, dataset="unused").environment_spec()
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +222,44 @@ def test_command_line_errors_name_what_is_wrong(args, message, heuristic_dataset
     assert message in capsys.readouterr().err
     assert sorted(p.name for p in Path(path).iterdir()) == before
     assert not (tmp_path / "run").exists() and not (tmp_path / "new").exists()
+
+
+def test_rlds_datasets_written_by_record_and_by_training_train_an_offline_agent(
+        pendulum_recording, tmp_path, capsys):
+    """`record --format rlds` and `train --record rlds:DIR` write RLDS (TFDS) datasets;
+    `--dataset rlds:DIR` trains IQL on either, and a dataset of another task is refused
+    naming both specs."""
+    import tensorflow_datasets as tfds
+
+    path, _ = pendulum_recording
+    run = path.parent / "run"
+    out = tmp_path / "recorded_rlds"
+    assert cli.main(["record", "--logdir", str(run), "--episodes", "3", "--out", str(out),
+                     "--format", "rlds", "--noise", "0.1", "--envs", "3"]) == 0
+    assert "3 episodes, 603 steps" in capsys.readouterr().out  # each: FIRST + 200 steps
+    episodes = list(tfds.builder_from_directory(str(out)).as_dataset(split="train"))
+    assert len(episodes) == 3  # read by TFDS itself, as another toolkit would
+    steps = list(episodes[0]["steps"])
+    assert len(steps) == 201 and bool(steps[0]["is_first"]) and bool(steps[-1]["is_last"])
+    assert steps[0]["action"].shape == (1,) and steps[0]["observation"].shape == (3,)
+
+    trained = tmp_path / "trained_rlds"
+    experiment = Experiment(builder=SACBuilder(SAC), environment="gym:Pendulum-v1",
+                            num_runners=1, envs_per_runner=2, max_env_steps=450,
+                            record=f"rlds:{trained}", evaluate_every_s=None)
+    run_inprocess(experiment, stream=io.StringIO())
+    assert len(list(tfds.builder_from_directory(str(trained)).as_dataset(
+        split="train"))) >= 1  # one training environment (of 2), 200-step episodes
+
+    for dataset in (out, trained):
+        code = cli.main(["train", "--agent", "iql", "--env", "gym:Pendulum-v1", "--dataset",
+                         f"rlds:{dataset}", "--steps", "20", "--logdir",
+                         str(tmp_path / f"iql_{dataset.name}"), "--set", "hidden_sizes=16,",
+                         "--set", "critic_hidden_sizes=16,", "--set", "batch_size=8"])
+        result = capsys.readouterr()
+        assert code == 0, result.err[-3000:]
+        assert "learner steps: 20" in result.out
+    code = cli.main(["train", "--agent", "iql", "--env", "dmc:cartpole-swingup", "--dataset",
+                     f"rlds:{out}", "--steps", "20"])
+    assert code == 2
+    assert "gym:Pendulum-v1" in capsys.readouterr().err

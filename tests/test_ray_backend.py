@@ -91,21 +91,26 @@ def _assert_gone(pids: list[int], timeout_s: float = 15.0) -> None:
 def test_cli_passes_ray_address_and_learner_gpus(monkeypatch, capsys, tmp_path):
     calls = []
 
-    def fake_run_ray(experiment, address=None):
-        calls.append((experiment, address))
+    def fake_run_ray(experiment, address=None, node_ip_address=None):
+        calls.append((experiment, address, node_ip_address))
         raise KeyboardInterrupt  # ends train() before it prints a summary
 
     monkeypatch.setitem(cli.BACKENDS, "ray", fake_run_ray)
     code = cli.main(["train", "--backend", "ray", "--ray-address", "ray://head:10001",
                      "--learner-gpus", "0.5", "--logdir", str(tmp_path)])
     assert code == 130
-    (experiment, address), = calls
+    (experiment, address, node_ip), = calls
     assert address == "ray://head:10001" and experiment.learner_gpus == 0.5
+    assert node_ip is None
+    code = cli.main(["train", "--backend", "ray", "--ray-node-ip", "127.0.0.2", "--logdir",
+                     str(tmp_path / "local")])
+    assert code == 130 and calls[-1][1:] == (None, "127.0.0.2")  # a local Ray on loopback
     capsys.readouterr()
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])
     help_text = capsys.readouterr().out
     assert "--ray-address" in help_text and "--learner-gpus" in help_text
+    assert "--ray-node-ip" in help_text
 
 
 def test_local_ray_runs_the_program_and_cleans_up(tmp_path):

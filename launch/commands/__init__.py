@@ -80,10 +80,15 @@ def add_parsers(commands: Any) -> None:
                     "its greedy (deterministic) policy, optionally with epsilon-random "
                     "actions (discrete) or Gaussian noise (continuous), and write them "
                     "whole to a new dataset directory (TFRecord files and spec.json: see "
-                    "docs/offline.md, The dataset format) that `train --dataset` learns from.")
+                    "docs/offline.md, The dataset format) that `train --dataset` learns from, "
+                    "or, with --format rlds, an RLDS (TFDS) dataset that other toolkits read "
+                    "and `train --dataset rlds:DIR` learns from.")
     _add_run_arguments(record)
     record.add_argument("--episodes", type=int, required=True, help="episodes to record")
     record.add_argument("--out", required=True, help="a new (or empty) directory")
+    record.add_argument("--format", choices=("episodes", "rlds"), default="episodes",
+                        help="episodes: seed-agents' own format (default); rlds: an RLDS "
+                             "dataset (TFDS directory; needs the rlds extra)")
     record.add_argument("--epsilon", type=float, default=0.0,
                         help="share of uniform random actions (discrete; default: 0)")
     record.add_argument("--noise", type=float, default=0.0,

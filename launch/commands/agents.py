@@ -1,9 +1,10 @@
-"""The agents the command line can name: the six it ships, those installed packages register,
+"""The agents the command line can name: the nine it ships, those installed packages register,
 and any builder named by its import path.
 
 `--agent` takes one of three spellings:
 
-* a shipped agent's name (`vtrace`, `r2d2`, `sac`, `d4pg`, `bc`, `cql`);
+* a shipped agent's name (`vtrace`, `r2d2`, `sac`, `d4pg`, `td3`, `mpo`, `bc`, `cql`,
+  `iql`);
 * a name an installed package registers under the entry-point group `seed_agents.agents`
   (in its pyproject.toml: `[project.entry-points."seed_agents.agents"] dqn =
   "my_package.dqn:DQNBuilder"`), as pytest and gymnasium take plug-ins;
@@ -44,12 +45,16 @@ def builtin_configs() -> dict[str, type]:
     from seed_agents.agents.bc.config import BCConfig
     from seed_agents.agents.cql.config import CQLConfig
     from seed_agents.agents.d4pg.config import D4PGConfig
+    from seed_agents.agents.iql.config import IQLConfig
+    from seed_agents.agents.mpo.config import MPOConfig
     from seed_agents.agents.r2d2.config import R2D2Config
     from seed_agents.agents.sac.config import SACConfig
+    from seed_agents.agents.td3.config import TD3Config
     from seed_agents.agents.vtrace.config import VTraceConfig
 
     return {"vtrace": VTraceConfig, "r2d2": R2D2Config, "sac": SACConfig,
-            "d4pg": D4PGConfig, "bc": BCConfig, "cql": CQLConfig}
+            "d4pg": D4PGConfig, "td3": TD3Config, "mpo": MPOConfig, "bc": BCConfig,
+            "cql": CQLConfig, "iql": IQLConfig}
 
 
 def builtin_agents() -> dict[str, tuple[type, type]]:
@@ -58,12 +63,16 @@ def builtin_agents() -> dict[str, tuple[type, type]]:
     from builders.bc import BCBuilder
     from builders.cql import CQLBuilder
     from builders.d4pg import D4PGBuilder
+    from builders.iql import IQLBuilder
+    from builders.mpo import MPOBuilder
     from builders.r2d2 import R2D2Builder
     from builders.sac import SACBuilder
+    from builders.td3 import TD3Builder
     from builders.vtrace import VTraceBuilder
 
     builders = {"vtrace": VTraceBuilder, "r2d2": R2D2Builder, "sac": SACBuilder,
-                "d4pg": D4PGBuilder, "bc": BCBuilder, "cql": CQLBuilder}
+                "d4pg": D4PGBuilder, "td3": TD3Builder, "mpo": MPOBuilder, "bc": BCBuilder,
+                "cql": CQLBuilder, "iql": IQLBuilder}
     return {name: (builders[name], config) for name, config in builtin_configs().items()}
 
 
@@ -116,6 +125,15 @@ def _load(path: str, what: str) -> tuple[type, type]:
     except ImportError as error:
         raise ValueError(f"Agent {what}: module {module_name!r} does not import: "
                          f"{error}.") from None
+    except TypeError as error:
+        frozen = _unfrozen_config(error)
+        if frozen is None:
+            raise
+        raise ValueError(
+            f"Agent {what}: module {module_name!r} does not import: its dataclass "
+            f"{frozen} extends a frozen config, and seed-agents' configs are frozen "
+            "(immutable, so a run's settings cannot change under it): declare it "
+            "@dataclasses.dataclass(frozen=True).") from error
     target: object = module
     for part in attribute.split("."):
         if not hasattr(target, part):
@@ -126,6 +144,21 @@ def _load(path: str, what: str) -> tuple[type, type]:
                          "make_networks, make_learner and make_policy, as "
                          "builders.base.AgentBuilder).")
     return target, config_type_of(target)
+
+
+def _unfrozen_config(error: TypeError) -> str | None:
+    """The class a `cannot inherit non-frozen dataclass from a frozen one` error was
+    raised for (Python's message names none), or None for any other TypeError."""
+    if "non-frozen dataclass from a frozen one" not in str(error):
+        return None
+    traceback = error.__traceback__
+    name = "(a class)"
+    while traceback is not None:
+        cls = traceback.tb_frame.f_locals.get("cls")
+        if isinstance(cls, type) and traceback.tb_frame.f_code.co_name == "_process_class":
+            name = f"{cls.__module__}.{cls.__qualname__}"
+        traceback = traceback.tb_next
+    return name
 
 
 def _hints(target: object) -> dict[str, object]:

@@ -32,6 +32,7 @@ from launch.experiment import Experiment  # noqa: E402
 from launch.studies.comparing import compare_runs, format_table, write_csv  # noqa: E402
 from launch.studies.results import write_result  # noqa: E402
 from seed_agents.agents.r2d2.presets import R2D2_PRESETS  # noqa: E402
+from seed_agents.agents.td3.presets import TD3_PRESETS  # noqa: E402
 from seed_agents.agents.vtrace.presets import VTRACE_PRESETS  # noqa: E402
 from seed_agents.inference.security import (  # noqa: E402
     DEFAULT_TLS_SERVER_NAME,
@@ -53,8 +54,11 @@ PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
     "r2d2": R2D2_PRESETS,
     "sac": {},
     "d4pg": {},
+    "td3": TD3_PRESETS,
+    "mpo": {},
     "bc": {},
     "cql": {},
+    "iql": {},
 }
 """Named settings per agent, applied before `--set` (see seed_agents/agents/*/presets.py)."""
 
@@ -94,7 +98,9 @@ def _config_help(config_type: type) -> str:
     return "\n".join(rows)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(extra_configs: dict[str, type] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; `train --help` lists the shipped agents' config fields
+    and those of `extra_configs` (a plug-in's, name -> config type)."""
     parser = argparse.ArgumentParser(
         prog="seed-agents",
         description="Train reinforcement-learning agents in the SEED RL architecture, then "
@@ -103,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     epilog = "\n".join(
         f"{name} config fields (override with --set key=value):\n{_config_help(cfg)}"
-        for name, cfg in builtin_configs().items()
+        for name, cfg in {**builtin_configs(), **(extra_configs or {})}.items()
     )
     train = commands.add_parser(
         "train",
@@ -153,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--ray-address", default=None,
                        help="ray backend: the cluster to join (\"auto\", host:port or "
                             "ray://host:10001); default: start a local Ray for this run")
+    train.add_argument("--ray-node-ip", default=None, metavar="IP",
+                       help="ray backend, local Ray: the address its node uses (default: "
+                            "Ray's pick, the machine's interface address; 127.0.0.2 keeps "
+                            "it on loopback); ignored with --ray-address")
     train.add_argument("--learner-gpus", type=float, default=0.0,
                        help="GPUs a cluster backend (ray) reserves for the learner (default: 0)")
     train.add_argument("--replay-port", type=int, default=0,
@@ -166,10 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "keeping runners on the machines (pods) offering it")
     train.add_argument("--runners", type=int, default=None,
                        help="environment runners (default: the agent's, 4 for vtrace and "
-                            "r2d2, 1 for sac and d4pg)")
+                            "r2d2, 1 for the continuous agents)")
     train.add_argument("--envs-per-runner", type=int, default=None,
                        help="environments each runner steps (default: the "
-                            "agent's, 16 for vtrace and r2d2, 4 for sac and d4pg)")
+                            "agent's, 16 for vtrace and r2d2, 4 for the continuous agents)")
     train.add_argument("--runner-groups", type=int, default=None,
                        help="groups a runner's environments step in, alternately: 2 steps "
                             "one group while the other's actions are computed, 1 is "
@@ -188,13 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="env step budget (default: 500000); with --dataset, learner "
                             "steps (default: 20000)")
     train.add_argument("--dataset", default=None, metavar="DIR",
-                       help="learn offline from this recorded dataset (seed-agents record, "
-                            "train --record), with no runners: required by --agent bc and "
-                            "cql; other agents learn from it unchanged (in process)")
+                       help="learn offline from this recorded dataset (rlds:DIR for an "
+                            "RLDS one, e.g. D4RL's; seed-agents record, "
+                            "train --record), with no runners: required by --agent bc, "
+                            "cql and iql; other agents learn from it unchanged (in process)")
     train.add_argument("--record", default=None, metavar="DIR",
                        help="write every training episode the runners produce to this new "
                             "dataset directory (central inference; not the evaluation "
-                            "environments)")
+                            "environments); rlds:DIR writes an RLDS dataset")
     train.add_argument("--evaluate-every-s", type=float, default=5.0,
                        help="seconds between the evaluator's greedy episodes (every "
                             "backend; 0 disables the evaluator)")
@@ -235,7 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "vtrace: atari_cpu (Atari on a few CPU cores, as "
                             "examples/atari_pong.py trains), atari_ppo (CleanRL PPO's "
                             "Atari settings, rl_games' adaptive learning rate), minatar "
-                            "(MinAtar's minatar:<game> ids); r2d2: minatar")
+                            "(MinAtar's minatar:<game> ids); r2d2: minatar, atari; td3: "
+                            "td3_bc (TD3+BC for --dataset)")
     train.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override an agent config field (repeatable)")
     sweep = train.add_argument_group(
@@ -370,7 +382,8 @@ def train(args: argparse.Namespace) -> int:
     try:
         run = BACKENDS[args.backend]
         if args.backend == "ray":
-            run = functools.partial(run, address=args.ray_address)
+            run = functools.partial(run, address=args.ray_address,
+                                    node_ip_address=args.ray_node_ip)
         result = run(experiment)
     except KeyboardInterrupt:
         print("seed-agents: interrupted; every node was stopped.", file=sys.stderr)
@@ -438,11 +451,33 @@ def _run_compare(args: argparse.Namespace, agents: Agents) -> int:
 COMMANDS["compare"] = _run_compare
 
 
+def _plugin_configs(argv: Sequence[str]) -> dict[str, type]:
+    """For `train --agent NAME --help` where NAME is not a shipped agent: {NAME: its
+    config type}, so that the help lists the plug-in's fields as it does the shipped
+    ones' (resolving imports the plug-in: only done when help is asked for)."""
+    if not argv or argv[0] != "train" or not {"-h", "--help"} & set(argv):
+        return {}
+    name = None
+    for i, arg in enumerate(argv):
+        if arg == "--agent" and i + 1 < len(argv):
+            name = argv[i + 1]
+        elif arg.startswith("--agent="):
+            name = arg.partition("=")[2]
+    if name is None or name in builtin_configs():
+        return {}
+    return {name: resolve_agent(name, builtins={})[1]}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 2 and argv[0] == RUN_SPEC:
         return _train_sweep_run(argv[1])
-    args = build_parser().parse_args(argv)
+    try:
+        extra = _plugin_configs(argv)
+    except ValueError as error:
+        print(f"seed-agents train: error: {error}", file=sys.stderr)
+        return 2
+    args = build_parser(extra).parse_args(argv)
     if args.command == "train":
         return train(args)
     agent = getattr(args, "agent", None)

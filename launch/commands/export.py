@@ -16,6 +16,12 @@ step, like the state's initial value), recurrent state a tuple of [B, ...] array
 Shapes and dtypes follow the environment's spec (discrete actions int32 [B]; a
 continuous agent's float32 [B, d]).
 
+A continuous agent acts in [-1, 1]^d whatever the task (`CanonicalActions`); where the
+environment's own bounds differ, `to_environment_action(action)` maps an action to them
+(the signatures return it too, as `environment_action`) and the metadata names both
+ranges. Only what acting reads is saved (`ContinuousPolicy.acting_objects`: the actor,
+not the critics and target networks).
+
 The same functions are serving signatures with flat named tensors, for TF Serving and
 other tools: "greedy" and "sample" take observation, prev_action, state_0..state_{k-1}
 and return action, extras_<name>... and next_state_0..next_state_{k-1}; "initial_state"
@@ -63,6 +69,10 @@ class ExportResult:
             "load: policy = tf.saved_model.load(...); "
             "action, extras, state = policy.greedy_step(observation, prev_action, state)",
         ]
+        if meta.get("environment_action"):
+            bounds = meta["environment_action"]
+            lines.append(f"actions in [-1, 1]; to_environment_action(action) gives the "
+                         f"environment's, in [{bounds['minimum']}, {bounds['maximum']}]")
         if self.onnx:
             lines.append(f"onnx (greedy): {self.onnx}")
         return "\n".join(lines)
@@ -102,12 +112,18 @@ def export_policy(run: RestoredRun, out: str | os.PathLike[str], seed: int = 0,
             from error
     observation, prev_action, state = step_signature(run.spec, greedy.state_spec)
     flat_state = tree.flatten(state)
+    rescaled = None if run.spec.discrete_actions else environment_actions(run.environment)
 
     module = tf.Module()
     module.carried = [*greedy_objects, *sample_objects]  # tracked: saved with the model
     signature = [observation, prev_action, state]
     module.greedy_step = tf.function(greedy_step, input_signature=signature)
     module.sample_step = tf.function(sample_step, input_signature=signature)
+    to_environment = None
+    if rescaled is not None:
+        to_environment = _rescaling(rescaled)
+        module.to_environment_action = tf.function(
+            to_environment, input_signature=[tf.TensorSpec(prev_action.shape, tf.float32)])
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.int32, name="batch_size")])
     def initial_state(batch_size):
@@ -119,8 +135,8 @@ def export_policy(run: RestoredRun, out: str | os.PathLike[str], seed: int = 0,
              tf.TensorSpec(prev_action.shape, prev_action.dtype, name="prev_action"),
              *[tf.TensorSpec(s.shape, s.dtype, name=f"state_{i}")
                for i, s in enumerate(flat_state)]]
-    signatures = {"greedy": _serving(greedy_step, state, named),
-                  "sample": _serving(sample_step, state, named)}
+    signatures = {"greedy": _serving(greedy_step, state, named, to_environment),
+                  "sample": _serving(sample_step, state, named, to_environment)}
     if flat_state:
         signatures["initial_state"] = tf.function(
             lambda batch_size: {f"state_{i}": t for i, t in
@@ -132,13 +148,44 @@ def export_policy(run: RestoredRun, out: str | os.PathLike[str], seed: int = 0,
     if onnx:
         onnx_path = os.path.join(out, ONNX_FILE)
         _convert_to_onnx(signatures["greedy"], named, onnx_path)
-    metadata = _metadata(run, greedy, signatures, seed, onnx_path)
+    metadata = _metadata(run, greedy, signatures, seed, onnx_path, rescaled)
     write_json_atomically(os.path.join(out, METADATA_FILE), metadata)
     return ExportResult(out, metadata, onnx_path)
 
 
-def _serving(step: Any, state: Any, named: list[Any]) -> Any:
-    """`step` as a signature function of flat named tensors, returning a flat dict."""
+def environment_actions(environment: str) -> Any:
+    """The action spec a continuous agent's [-1, 1] actions are rescaled to in
+    `environment` (its own bounds), or None where actions are not rescaled."""
+    from seed_agents.envs import environment_factory
+    from seed_agents.envs.action_scaling import environment_action_spec
+
+    env = environment_factory(environment)(0)
+    try:
+        return environment_action_spec(env)
+    finally:
+        env.close()
+
+
+def _rescaling(spec: Any) -> Any:
+    """a -> minimum + (a + 1) / 2 (maximum - minimum): `CanonicalActions`' map, in
+    TensorFlow (float32; the environment's dtype is named in the metadata)."""
+    import numpy as np
+    import tensorflow as tf
+
+    low = np.broadcast_to(np.asarray(spec.minimum, np.float64), spec.shape)
+    high = np.broadcast_to(np.asarray(spec.maximum, np.float64), spec.shape)
+    offset = tf.constant((high + low) / 2.0, tf.float32)
+    scale = tf.constant((high - low) / 2.0, tf.float32)
+
+    def to_environment(action):
+        return offset + scale * tf.clip_by_value(action, -1.0, 1.0)
+
+    return to_environment
+
+
+def _serving(step: Any, state: Any, named: list[Any], to_environment: Any = None) -> Any:
+    """`step` as a signature function of flat named tensors, returning a flat dict (with
+    `environment_action` beside `action` where the environment's bounds differ)."""
     import tensorflow as tf
     import tree
 
@@ -147,6 +194,8 @@ def _serving(step: Any, state: Any, named: list[Any]) -> Any:
         action, extras, next_state = step(observation, prev_action,
                                           tree.unflatten_as(state, list(flat_state)))
         outputs = {"action": action}
+        if to_environment is not None:
+            outputs["environment_action"] = to_environment(action)
         outputs.update({f"extras_{key}": value for key, value in extras.items()})
         outputs.update({f"next_state_{i}": t for i, t in enumerate(tree.flatten(next_state))})
         return outputs
@@ -185,9 +234,17 @@ def _array(spec: Any) -> dict[str, Any]:
 
 
 def _metadata(run: RestoredRun, policy: Any, signatures: dict[str, Any], seed: int,
-              onnx_path: str | None) -> dict[str, Any]:
+              onnx_path: str | None, rescaled: Any = None) -> dict[str, Any]:
     import tree
 
+    environment_action = None
+    if rescaled is not None:
+        environment_action = {
+            **_array(rescaled),
+            "from_action": "minimum + (action + 1) / 2 * (maximum - minimum), action "
+                           "clipped to [-1, 1]: to_environment_action(action), and the "
+                           "signatures' environment_action output",
+        }
     return {
         "format": EXPORT_FORMAT,
         "exported_at": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -200,12 +257,15 @@ def _metadata(run: RestoredRun, policy: Any, signatures: dict[str, Any], seed: i
         "env_steps": run.checkpoint.counts.get("env_steps"),
         "observation": _array(run.spec.observations),
         "action": _array(run.spec.actions),
+        "environment_action": environment_action,
         "state": [_array(s) for s in tree.flatten(policy.state_spec)],
         "extras": {k: _array(s) for k, s in policy.extras_spec.items()},
         "functions": {
             "greedy_step": "(observation, prev_action, state) -> (action, extras, state)",
             "sample_step": "(observation, prev_action, state) -> (action, extras, state)",
             "initial_state": "(batch_size) -> state",
+            **({"to_environment_action": "(action) -> the environment's action"}
+               if rescaled is not None else {}),
         },
         "signatures": sorted(signatures),
         "sample_seed": seed,

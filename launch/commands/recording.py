@@ -7,6 +7,8 @@ actions is uniform; with `noise`, Gaussian noise of that standard deviation is a
 continuous actions (clipped to [-1, 1]). The dataset stores the actions taken and the
 policy's own extras (e.g. V-trace's logits, of the unperturbed policy); its
 `spec.json` records the run, the checkpoint, epsilon, noise and seed as `behaviour`.
+`--format rlds` writes the same episodes as an RLDS dataset instead (a TFDS directory,
+`seed_agents.datasets.rlds`; our spec goes to its metadata.json).
 
 `num_envs` environments act side by side (one policy call per step of all of them),
 each playing a fixed share of the episodes, so that which episodes are kept does not
@@ -28,6 +30,9 @@ import tree
 from launch.commands import Agents, failing, quiet_tensorflow
 from launch.restore import RestoredRun, load_run
 from seed_agents.inference.protocol import FIRST, LAST, StepBatch
+
+DATASET_FORMATS = ("episodes", "rlds")
+"""`--format`: seed-agents' own dataset directory, or an RLDS (TFDS) one."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,13 +71,16 @@ def record_episodes(
     seed: int = 0,
     num_envs: int = 8,
     stream: TextIO | None = None,
+    dataset_format: str = "episodes",
 ) -> RecordResult:
     """Plays `episodes` episodes of `run`'s agent and writes them to the new dataset
-    directory `out` (see the module docstring).
+    directory `out` (see the module docstring): in seed-agents' own format, or with
+    `dataset_format="rlds"` as an RLDS dataset (`seed_agents.datasets.rlds`).
 
     Raises:
       ValueError: before anything is written, for bad counts, epsilon with continuous
-        actions or noise with discrete ones, or an `out` that is not new or empty.
+        actions or noise with discrete ones, an unknown format, or an `out` that is not
+        new or empty.
     """
     from seed_agents.datasets import DatasetSpec, DatasetWriter, EpisodeRecorder
     from seed_agents.envs import environment_factory
@@ -80,6 +88,9 @@ def record_episodes(
     from seed_agents.replay import unrolls
     from seed_agents.specs import is_discrete
 
+    if dataset_format not in DATASET_FORMATS:
+        raise ValueError(f"format must be one of {', '.join(DATASET_FORMATS)}, got "
+                         f"{dataset_format!r}.")
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}.")
     if num_envs < 1:
@@ -98,8 +109,13 @@ def record_episodes(
     behaviour = {"source": "record", "logdir": run.logdir, "checkpoint": run.checkpoint.path,
                  "policy": "greedy (make_policy(evaluation=True))", "epsilon": epsilon,
                  "noise": noise, "seed": seed}
-    writer = DatasetWriter(out, DatasetSpec.of(run.environment, run.spec, policy.extras_spec,
-                                               behaviour))
+    spec = DatasetSpec.of(run.environment, run.spec, policy.extras_spec, behaviour)
+    if dataset_format == "rlds":
+        from seed_agents.datasets.rlds import RLDSWriter
+
+        writer = RLDSWriter(out, spec)
+    else:
+        writer = DatasetWriter(out, spec)
     recorder = EpisodeRecorder(writer, num_envs)
     quota = np.full(num_envs, episodes // num_envs)
     quota[:episodes % num_envs] += 1
@@ -160,6 +176,6 @@ def run_record(args: argparse.Namespace, agents: Agents) -> int:
     run = load_run(args.logdir, agents, checkpoint=args.checkpoint)
     result = record_episodes(run, args.out, args.episodes, epsilon=args.epsilon,
                              noise=args.noise, seed=args.seed, num_envs=args.envs,
-                             stream=sys.stdout)
+                             stream=sys.stdout, dataset_format=args.format)
     print(result.summary(), flush=True)
     return 0

@@ -1,10 +1,10 @@
 """The on-disk format of recorded episodes: a directory that `tf.data` reads.
 
-Why not RLDS/TFDS: `tensorflow-datasets` 4.9.10 (with `rlds` 0.1.8) resolves beside
-TensorFlow 2.14 only when protobuf<5 is pinned by hand (a plain `pip install` pulls
-protobuf 7, which TF 2.14 refuses), adds pyarrow and array_record, and its writers
-finalize a dataset's metadata when they finish: a killed recording leaves nothing that
-reads back. Here every episode is durable once written, and a dataset is two kinds of
+Why our own format beside RLDS (`seed_agents.datasets.rlds`, `--format rlds`): RLDS
+needs `tensorflow-datasets` (an extra, with pyarrow and array_record, and
+tensorflow-metadata pinned below 1.18 beside TF 2.14's protobuf 4), and its writer lists
+a shard only when the shard closes: a killed recording keeps its closed shards only.
+Here every episode is durable once written, and a dataset is two kinds of
 file any TensorFlow reads::
 
     DATASET/

@@ -34,6 +34,13 @@ from seed_agents.datasets.format import (
     extras_fields,
 )
 from seed_agents.datasets.reader import Dataset, iterate_episodes, open_dataset
+from seed_agents.datasets.rlds import (
+    RLDSDataset,
+    check_rlds_matches,
+    iterate_rlds_episodes,
+    open_rlds,
+    rlds_path,
+)
 from seed_agents.replay import offline_table, unrolls
 
 DEFAULT_MAX_ITEMS = 10_000_000
@@ -107,7 +114,7 @@ class LoadedReplay:
     steps: int
     items: int
     seconds: float
-    dataset: Dataset
+    dataset: Dataset | RLDSDataset
 
     def summary(self) -> str:
         return (f"replay: {self.episodes:,} episodes ({self.steps:,} steps) of "
@@ -119,7 +126,8 @@ def load_replay(path: str, builder: Any, env_spec: Any, policy: Any,
                 environment: str | None = None, max_items: int | None = None,
                 port: int | None = None, num_slots: int = 32) -> LoadedReplay:
     """Starts a Reverb server with `builder`'s tables as offline tables
-    (`as_offline_table`) and fills them with the episodes of the dataset at `path` through
+    (`as_offline_table`) and fills them with the episodes of the dataset at `path` (our
+    format's directory, or `rlds:DIR`, an RLDS one: `seed_agents.datasets.rlds`) through
     `builder.make_adder` (the inference server's adder).
 
     `num_slots` episodes are fed side by side (see `feed_episodes`). `max_items`
@@ -130,10 +138,17 @@ def load_replay(path: str, builder: Any, env_spec: Any, policy: Any,
       DatasetError: for a dataset that does not match, is empty, truncated or corrupted
         (the message names the file), or holds more items than `max_items`.
     """
-    dataset = open_dataset(path)
     agent = type(builder).__name__.removesuffix("Builder")
-    check_matches(dataset.spec, dataset.path, env_spec, policy.extras_spec, environment,
-                  agent)
+    rlds_directory = rlds_path(path)
+    if rlds_directory is not None:  # `rlds:PATH`: a TFDS directory (a recording, D4RL, ...)
+        dataset = open_rlds(rlds_directory)
+        check_rlds_matches(dataset, env_spec, policy.extras_spec, environment, agent)
+        episodes = iterate_rlds_episodes(dataset)
+    else:
+        dataset = open_dataset(path)
+        check_matches(dataset.spec, dataset.path, env_spec, policy.extras_spec, environment,
+                      agent)
+        episodes = iterate_episodes(path, dataset)
     if max_items is None:
         max_items = int(getattr(getattr(builder, "config", None), "replay_size",
                                 DEFAULT_MAX_ITEMS))
@@ -144,8 +159,7 @@ def load_replay(path: str, builder: Any, env_spec: Any, policy: Any,
         start = time.monotonic()
         client = reverb.Client(f"localhost:{server.port}")
         adder = builder.make_adder(client, num_slots, env_spec, policy)
-        episodes, steps = feed_episodes(iterate_episodes(path, dataset), adder,
-                                        policy.extras_spec, num_slots,
+        episodes, steps = feed_episodes(episodes, adder, policy.extras_spec, num_slots,
                                         policy.initial_state(1))
         adder.flush()
         items = int(client.server_info()[builder.table].current_size)

@@ -77,3 +77,13 @@ class CanonicalActions(EnvironmentWrapper):
 
     def action_spec(self) -> specs.BoundedArray:
         return self._spec
+
+
+def environment_action_spec(environment: dm_env.Environment) -> specs.BoundedArray | None:
+    """The action spec under `environment`'s `CanonicalActions` (the bounds its [-1, 1]
+    actions are rescaled to), or None when no wrapper in its chain rescales."""
+    while environment is not None:
+        if isinstance(environment, CanonicalActions):
+            return environment.environment.action_spec()
+        environment = environment.__dict__.get("_environment")
+    return None

@@ -62,6 +62,20 @@ class BatchLearner(core.Learner):
     def num_steps(self) -> int:
         return int(self._num_steps.numpy())
 
+    @property
+    def step_variable(self) -> tf.Variable:
+        """The step count as a variable: what `checkpoint_objects` saves as "step", and
+        what a `tf.function` reads for this step's number (0 at the first `_train`: the
+        shell counts a step after it)."""
+        return self._num_steps
+
+    def every(self, period: int) -> tf.Tensor:
+        """True on steps 0, period, 2 period, ...: a delayed update's condition inside
+        `_train` (TD3's actor and targets with `tf.cond(self.every(2), ...)`)."""
+        if period < 1:
+            raise ValueError(f"period must be >= 1, got {period}.")
+        return tf.equal(self._num_steps % period, 0)
+
     def close(self) -> None:
         self._batches.close()
 

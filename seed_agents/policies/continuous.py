@@ -50,6 +50,13 @@ class ContinuousPolicy(Policy):
     def _act(self, observation: tf.Tensor, deterministic: tf.Tensor) -> tf.Tensor:
         """Actions in [-1, 1]^d, [B, d]: the mean action where `deterministic`."""
 
+    def acting_objects(self) -> tuple[Any, ...]:
+        """What `_act` reads: the modules and variables an export carries. All of the
+        networks by default; an agent whose policy reads only its actor returns that
+        (critics and targets are most of an actor-critic's weights, and acting needs
+        none of them)."""
+        return (self._networks,)
+
     def _tf_step(self, observation, prev_action, state, deterministic):
         del prev_action
         return self._act(observation, deterministic), {}, state
@@ -61,7 +68,7 @@ class ContinuousPolicy(Policy):
             deterministic = tf.fill(tf.shape(observation)[:1], self._evaluation)
             return self._tf_step(observation, prev_action, state, deterministic)
 
-        return step, (self._networks, self._rng)
+        return step, (*self.acting_objects(), self._rng)
 
     def initial_state(self, batch_size: int) -> Any:
         return ()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import tensorflow as tf
@@ -12,17 +11,10 @@ from seed_agents.agents.bc.networks import BCNetwork
 from seed_agents.learning.gradients import minimize
 from seed_agents.learning.optimizers import built
 from seed_agents.learning.transitions import TransitionLearner
+from seed_agents.losses.offline import gaussian_log_likelihood
 from seed_agents.replay import transitions as tr
 from seed_agents.utils.counting import Counter
 from seed_agents.utils.loggers import Logger
-
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
-
-
-def gaussian_log_likelihood(action: tf.Tensor, mean: tf.Tensor, log_std: tf.Tensor) -> tf.Tensor:
-    """log N(action; mean, exp(log_std)^2), summed over the action's dimensions: [B]."""
-    z = (action - mean) * tf.exp(-log_std)
-    return tf.reduce_sum(-0.5 * tf.square(z) - log_std - _HALF_LOG_2PI, axis=-1)
 
 
 class BCLearner(TransitionLearner):
@@ -68,4 +60,4 @@ class BCLearner(TransitionLearner):
 
     def checkpoint_objects(self) -> dict[str, Any]:
         return {"networks": self._networks, "optimizer": self._optimizer,
-                "step": self._num_steps}
+                "step": self.step_variable}

@@ -63,4 +63,4 @@ class CQLLearner(TransitionLearner):
 
     def checkpoint_objects(self) -> dict[str, Any]:
         return {"networks": self._networks, "optimizer": self._optimizer,
-                "step": self._num_steps}
+                "step": self.step_variable}

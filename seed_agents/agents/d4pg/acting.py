@@ -24,3 +24,6 @@ class D4PGPolicy(ContinuousPolicy):
         mean = self._networks.policy(observation)
         noisy = mean + self._sigma * self._rng.normal(tf.shape(mean))
         return tf.where(deterministic[:, None], mean, tf.clip_by_value(noisy, -1.0, 1.0))
+
+    def acting_objects(self) -> tuple:
+        return (self._networks.actor,)  # the critic and the targets stay behind

@@ -90,5 +90,5 @@ class D4PGLearner(TransitionLearner):
             "networks": nets,
             "critic_optimizer": self._critic_optimizer,
             "actor_optimizer": self._actor_optimizer,
-            "step": self._num_steps,
+            "step": self.step_variable,
         }

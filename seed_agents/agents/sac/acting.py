@@ -23,3 +23,6 @@ class SACPolicy(ContinuousPolicy):
         mean, log_std = self._networks.policy(observation)
         sampled = tf.tanh(mean + tf.exp(log_std) * self._rng.normal(tf.shape(mean)))
         return tf.where(deterministic[:, None], tf.tanh(mean), sampled)
+
+    def acting_objects(self) -> tuple:
+        return (self._networks.actor,)  # the critics, targets and temperature stay behind

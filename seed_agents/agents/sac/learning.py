@@ -12,6 +12,7 @@ from seed_agents.learning.gradients import minimize
 from seed_agents.learning.optimizers import built
 from seed_agents.learning.transitions import TransitionLearner
 from seed_agents.networks.target_updates import update_target
+from seed_agents.policies.inputs import random_generator
 from seed_agents.replay import transitions as tr
 from seed_agents.replay.stats import SamplesPerInsert
 from seed_agents.utils.counting import Counter
@@ -54,8 +55,7 @@ class SACLearner(TransitionLearner):
                                        networks.critic_variables)
         self._temperature_optimizer = built(tf.keras.optimizers.Adam(config.learning_rate),
                                             [networks.log_temperature])
-        self._rng = (tf.random.Generator.from_seed(seed) if seed is not None
-                     else tf.random.Generator.from_non_deterministic_state())
+        self._rng = random_generator(seed)
         self._train_step = tf.function(self._update)
 
     def _train(self, data: Any) -> dict[str, tf.Tensor]:
@@ -112,5 +112,5 @@ class SACLearner(TransitionLearner):
             "actor_optimizer": self._actor_optimizer,
             "temperature_optimizer": self._temperature_optimizer,
             "rng": self._rng,
-            "step": self._num_steps,
+            "step": self.step_variable,
         }

@@ -1,0 +1,2 @@
+"""Implicit Q-learning (Kostrikov, Nair and Levine 2021): offline continuous control that
+never evaluates an action the dataset lacks."""

@@ -1,0 +1,75 @@
+"""Actors and critics of continuous-action agents, and the target copies they learn from.
+
+What TD3 (and a user's own deterministic-policy agent) composes: a tanh actor, a set of
+critics Q_i(s, a), each with a target copy that starts equal and follows by Polyak
+averaging (`seed_agents.networks.target_updates`). Keras layers make their variables on
+the first call, and a target copy must copy variables that exist: `make_variables` calls
+a module once on zeros, which the networks' constructor does before the first copy (and
+before the learner's and the policy's `tf.function`s, traced on other threads, could make
+any).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+from seed_agents.networks.mlp import critic_input, flatten_observation, mlp, run
+from seed_agents.networks.target_updates import update_target
+
+
+class DeterministicActor(tf.Module):
+    """pi(o) in [-1, 1]^d: ReLU layers, then a tanh layer of `action_size` units."""
+
+    def __init__(self, hidden_sizes: Sequence[int], action_size: int, name: str = "actor"):
+        super().__init__(name=name)
+        with self.name_scope:
+            self.layers = [*mlp(hidden_sizes, name),
+                           tf.keras.layers.Dense(action_size, activation="tanh",
+                                                 name=f"{name}_out")]
+
+    def __call__(self, observation: tf.Tensor) -> tf.Tensor:
+        return run(self.layers, flatten_observation(observation))
+
+    @property
+    def weights(self) -> list[tf.Variable]:
+        """Its variables in layer order (a copy of it lists them in the same order)."""
+        return [v for layer in self.layers for v in layer.trainable_variables]
+
+
+class Critics(tf.Module):
+    """`count` independent critics Q_i(o, a), each ReLU layers and one linear unit; the
+    call returns each critic's [B] values (TD3 and SAC take the smaller of two)."""
+
+    def __init__(self, hidden_sizes: Sequence[int], count: int = 2, name: str = "critic"):
+        super().__init__(name=name)
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}.")
+        with self.name_scope:
+            self.heads = [[*mlp(hidden_sizes, f"{name}_{i}"),
+                           tf.keras.layers.Dense(1, name=f"{name}_{i}_out")]
+                          for i in range(count)]
+
+    def __call__(self, observation: tf.Tensor, action: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        x = critic_input(observation, action)
+        return tuple(tf.squeeze(run(head, x), -1) for head in self.heads)
+
+    @property
+    def weights(self) -> list[tf.Variable]:
+        return [v for head in self.heads for layer in head for v in layer.trainable_variables]
+
+
+def make_variables(actor: DeterministicActor | None, critics: Critics | None,
+                   observation_shape: Sequence[int], action_size: int) -> None:
+    """Calls the modules once on a batch of zeros, so that their variables exist."""
+    observation = tf.zeros([1, *observation_shape])
+    if actor is not None:
+        actor(observation)
+    if critics is not None:
+        critics(observation, tf.zeros([1, action_size]))
+
+
+def follow(target: tf.Module, online: tf.Module, tau: float = 1.0) -> None:
+    """target <- tau online + (1 - tau) target over the modules' `weights` (tau 1 copies)."""
+    update_target(target.weights, online.weights, tau)
