@@ -9,7 +9,8 @@ dataset's own mean return.
 Continuous (`--task dmc:<domain>-<task>` or `gym:<id>` with continuous actions): a SAC
 teacher is trained for `--teacher-steps` env steps only (stopped early, at about half of
 what it reaches at 100K, so that the data leave room to improve on; its deterministic
-return is reported as `teacher_return`), or taken from `--teacher RUN`. Per seed,
+return is reported as `teacher_return`), or taken from `--teacher RUN` (a run of any
+continuous agent on the task, stopped early). Per seed,
 `--episodes` episodes of its deterministic action plus Gaussian noise of `--noise` are
 recorded (`dataset_mean_return`), then BC, TD3+BC (`--agent td3 --preset td3_bc`) and IQL
 each train `--learner-steps` steps and play `--eval-episodes` deterministic episodes.
@@ -62,6 +63,7 @@ from launch.commands.cli import AGENTS
 from launch.commands.recording import record_episodes
 from launch.experiment import Experiment
 from launch.restore import load_run
+from launch.run_record import read_run_record
 from seed_agents.actors import PolicyActor
 from seed_agents.agents.bc.config import BCConfig
 from seed_agents.agents.cql.config import CQLConfig
@@ -126,7 +128,10 @@ def continuous(args: argparse.Namespace, workdir: str, start: float) -> None:
     if teacher is None:
         teacher = os.path.join(workdir, "teacher")
         train_continuous_teacher(args.task, teacher, args.teacher_steps)
-    run = load_run(teacher, AGENTS)
+    # The builder's own networks, named: a run of benchmarks/learn_continuous.py records
+    # its network factory (it keeps the networks to evaluate) as a custom one.
+    builder = read_run_record(teacher).make_builder(AGENTS)
+    run = load_run(teacher, AGENTS, builder=builder, network_factory=builder.make_networks)
     teacher_return = play(run.make_policy(evaluation=True, seed=EVAL_SEED), run.spec,
                           args.eval_episodes, EVAL_SEED, args.task)
     print(f"teacher deterministic return: {teacher_return:.1f}", flush=True)
@@ -191,8 +196,8 @@ def main() -> None:
     parser.add_argument("--learner-steps", type=int, default=5_000)
     parser.add_argument("--eval-episodes", type=int, default=100)
     parser.add_argument("--teacher", default=None,
-                        help="a trained V-trace CartPole run, or a SAC run of --task "
-                             "(default: train one here)")
+                        help="a trained V-trace CartPole run, or a run of any continuous "
+                             "agent on --task (default: train one here)")
     parser.add_argument("--teacher-steps", type=int, default=None,
                         help="the teacher's env steps (default: 500000 for CartPole, with a "
                              "target of 475; 30000 for a continuous task)")
