@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -121,12 +122,18 @@ def test_a_trial_below_its_rung_is_stopped_by_sigint_and_pruned(tmp_path):
     trial = study.ask(space)
     logdir = tmp_path / "run"
     logdir.mkdir()
+    # The stand-in takes SIGINT as `seed-agents train` does (launch/commands/cli.py):
+    # Python leaves SIGINT ignored in a process started with it ignored (a background job
+    # of a script, as CI may be), and this one would then run to its end unstopped. It
+    # writes for longer than the deadline, so only SIGINT ends it (an uncaught
+    # KeyboardInterrupt: Python exits by SIGINT, returncode -2).
     writer = subprocess.Popen([sys.executable, "-c", (
         "import signal, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "f = open(sys.argv[1], 'w'); f.write('env_steps,mean_return\\n'); f.flush()\n"
-        "for step in range(50, 100_000, 50):\n"
+        "for step in range(50, 10_000_000, 50):\n"
         "    f.write(f'{step},5.0\\n'); f.flush(); time.sleep(0.05)\n"),
-        str(logdir / "train.csv")])
+        str(logdir / "train.csv")], stderr=subprocess.DEVNULL)
     entry = _Running(trial, plan_trial(str(tmp_path), 0, ["learning_rate=0.001"]), writer,
                      CSVFollower(str(logdir / "train.csv")))
     deadline = time.monotonic() + 120
@@ -136,6 +143,6 @@ def test_a_trial_below_its_rung_is_stopped_by_sigint_and_pruned(tmp_path):
     if writer.poll() is None:
         writer.kill()
     writer.wait()
-    assert entry.pruned and writer.returncode != 0  # stopped by SIGINT, not finished
+    assert entry.pruned and writer.returncode == -signal.SIGINT  # stopped by the pruner
     assert 100 <= entry.last_step < 1000
     assert _outcome(entry)[0] == optuna.trial.TrialState.PRUNED
