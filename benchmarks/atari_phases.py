@@ -18,6 +18,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +58,12 @@ class _CpuWindow:
     (a stall of ours) or had it full (our work, or another program's).
     """
 
-    def __init__(self, start: float, end: float):
+    def __init__(self, start: float, end: float,
+                 probe: Callable[[], tuple[float, ...]] | None = None):
         self.start, self.end = start, end
         self._marks: list[tuple[float, float, float]] = []
+        self._probe = probe  # read with the clocks at both moments: `probed()`
+        self._probes: list[tuple[float, ...]] = []
         self._thread = threading.Thread(target=self._watch, args=(start, end),
                                         name="cpu-window", daemon=True)
         self._thread.start()
@@ -68,11 +72,18 @@ class _CpuWindow:
         for moment in (start, end):
             time.sleep(max(moment - time.monotonic(), 0.0))
             self._marks.append((time.monotonic(), time.process_time(), _machine_idle_s()))
+            if self._probe is not None:
+                self._probes.append(self._probe())
 
     def process_s(self) -> float:
         """This process's CPU seconds in the window; waits for its end."""
         self._thread.join()
         return self._marks[1][1] - self._marks[0][1]
+
+    def probed(self) -> tuple[float, ...]:
+        """How much each of the probe's counters grew in the window; waits for its end."""
+        self._thread.join()
+        return tuple(b - a for a, b in zip(*self._probes, strict=True))
 
     def idle_cores(self) -> float:
         """Cores the machine left idle, on average over the window; waits for its end."""
@@ -99,32 +110,37 @@ def _env_worker(seed: int, ready, windows, results) -> None:
 
 
 class _DelayedChannel:
-    """A channel `delay_s` away each way: a simulated network between runner and service.
+    """A channel `delay_s` away each way, optionally through a link of `bytes_per_s`: a
+    simulated network between runner and service.
 
-    A worker thread carries each request: it waits `delay_s`, sends, waits for the
-    actions, waits `delay_s` again and hands them over, so the runner's thread never sleeps
-    on the delay (a network does not block the sender) and the server sees each request
-    late, as it would. The kernel here has no `tc netem`; this is the harness's delay.
+    A worker thread carries each request: it waits `delay_s` plus the request's time on the
+    link (its payload bytes over `bytes_per_s`), sends, waits for the actions, waits
+    `delay_s` plus their time on the link, and hands them over, so the runner's thread
+    never sleeps on the network (a network does not block the sender) and the server sees
+    each request late, as it would. The kernel here has no `tc netem`; this is the
+    harness's delay. One request is in flight per stream, so the link is never shared.
     """
 
-    def __init__(self, channel, delay_s: float):
+    def __init__(self, channel, delay_s: float, bytes_per_s: float = 0.0):
         import queue
 
         self._channel = channel
         self._delay_s = delay_s
+        self._s_per_byte = 1.0 / bytes_per_s if bytes_per_s > 0 else 0.0
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._replies: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._carry, daemon=True).start()
 
     def _carry(self) -> None:
         while (batch := self._requests.get()) is not None:
-            time.sleep(self._delay_s)
+            time.sleep(self._delay_s + self._s_per_byte * _payload_bytes(batch))
             try:
                 self._channel.send(batch)
                 reply = self._channel.receive()
             except BaseException as error:  # noqa: BLE001 - handed to the runner's thread
                 reply = error
-            time.sleep(self._delay_s)
+            else:
+                time.sleep(self._delay_s + self._s_per_byte * _payload_bytes(reply))
             self._replies.put(reply)
 
     def send(self, batch) -> None:
@@ -140,10 +156,21 @@ class _DelayedChannel:
         self._requests.put(None)
 
 
+def _payload_bytes(message) -> int:
+    """The bytes of a step batch's or an answer's arrays (what the wire carries, less its
+    few header bytes)."""
+    if isinstance(message, np.ndarray):  # an answer: the actions
+        return message.nbytes
+    return sum(getattr(message, field.name).nbytes  # a StepBatch
+               for field in dataclasses.fields(message))
+
+
 def _central_runner(address: str, k: int, seed: int, groups: int, delay_ms: float,
-                    env_id: str, cpu: int | None, ready, windows, results) -> None:
+                    env_id: str, cpu: int | None, bandwidth_mbit: float, ready, windows,
+                    results) -> None:
     """An `EnvRunner` of K `env_id` environments in `groups` groups against the service
-    at `address` (each group's stream `delay_ms` away each way), timed by the runner's own
+    at `address` (each group's stream `delay_ms` away each way, through a link of
+    `bandwidth_mbit` if > 0), timed by the runner's own
     figures (`EnvRunner.figures`) read at the window's start and end. With `cpu`, pinned
     first to that CPU (as `run_runner(cpu=...)` does)."""
     from seed_agents.envs import environment_factory
@@ -191,7 +218,8 @@ def _central_runner(address: str, k: int, seed: int, groups: int, delay_ms: floa
             return actions
 
     remotes = [RemoteInference(address, hello) for hello in hellos]
-    channels = [_DelayedChannel(r, delay_ms / 1e3) if delay_ms > 0 else r for r in remotes]
+    channels = [_DelayedChannel(r, delay_ms / 1e3, bandwidth_mbit * 1e6 / 8)
+                if delay_ms > 0 or bandwidth_mbit > 0 else r for r in remotes]
     try:
         runner.run([Timed(c) for c in channels], stop)
     finally:
@@ -238,17 +266,37 @@ def _local_actor(config: Any, seed: int, ready, windows, results) -> None:
     results.put({"steps": steps, "cpu_s": cpu.process_s()})
 
 
-def _run_phase(target, args_per_process: list[tuple], warmup_s: float,
-               duration_s: float) -> tuple[list[dict[str, Any]], _CpuWindow]:
+def _run_phase(target, args_per_process: list[tuple], warmup_s: float, duration_s: float,
+               probe: Callable[[], tuple[float, ...]] | None = None,
+               ) -> tuple[list[dict[str, Any]], _CpuWindow]:
     """Runs `target(*args, ready, windows, results)` in spawned processes, all counting
     over the same window (`run_in_window`); returns what each puts, and this process's
-    CPU and the machine's idle time over that window.
+    CPU and the machine's idle time over that window (and the growth of `probe`'s
+    counters, if given).
     """
     cpu: list[_CpuWindow] = []
     out = run_in_window(target, args_per_process, warmup_s, duration_s,
-                        on_window=lambda start, end: cpu.append(_CpuWindow(start, end)),
+                        on_window=lambda start, end: cpu.append(_CpuWindow(start, end, probe)),
                         ready_timeout_s=_READY_TIMEOUT_S)
     return out, cpu[0]
+
+
+def json_round(value: float | None, digits: int = 0) -> float | int | None:
+    """JSON-friendly: None for a phase not run (NaN is not JSON)."""
+    if value is None or not np.isfinite(value):
+        return None
+    return round(value) if digits == 0 else round(value, digits)
+
+
+def training_config(preset: str, overrides: list[str]):
+    """The V-trace config every phase uses: the preset (`atari_cpu`, the one
+    examples/atari_pong.py trains with, or `atari_ppo`, learn_pong.py's), then the user's
+    `--set` (later keys win)."""
+    from seed_agents.agents.vtrace.config import VTraceConfig
+    from seed_agents.agents.vtrace.presets import VTRACE_PRESETS
+    from seed_agents.utils.overrides import parse_overrides
+
+    return parse_overrides(VTraceConfig, [*VTRACE_PRESETS[preset], *overrides])
 
 
 # --- phases -----------------------------------------------------------------------------
@@ -322,13 +370,13 @@ def _timed_builder(config):
 def measure_acting(policy, spec, runners: int, k: int, warmup_s: float, duration_s: float,
                    max_wait_ms: float, address: str = "127.0.0.1:0", groups: int = 1,
                    delay_ms: float = 0.0, stack_on_server: bool = True,
-                   pin: bool = True) -> dict[str, float]:
+                   pin: bool = True, bandwidth_mbit: float = 0.0) -> dict[str, float]:
     """Env steps/s of `runners` x `k` environments in `groups` groups each against the
-    central server (no replay), each stream `delay_ms` away each way, and where each round
-    trip's time went. With `stack_on_server` (as `Experiment`'s default) the runners'
-    environments make single frames and the server stacks them; without, each
-    environment stacks its own and sends all four. With `pin`, runner i pins itself to
-    CPU i (`Experiment.pin_runners`)."""
+    central server (no replay), each stream `delay_ms` away each way (through a link of
+    `bandwidth_mbit` where > 0), and where each round trip's time went. With
+    `stack_on_server` (as `Experiment`'s default) the runners' environments make single
+    frames and the server stacks them; without, each environment stacks its own and sends
+    all four. With `pin`, runner i pins itself to CPU i (`Experiment.pin_runners`)."""
     from seed_agents.envs.registry import split_frame_stack
     from seed_agents.inference.grpc_service import InferenceService
     from seed_agents.inference.server import InferenceConfig, InferenceServer
@@ -344,8 +392,9 @@ def measure_acting(policy, spec, runners: int, k: int, warmup_s: float, duration
     try:
         out, cpu = _run_phase(_central_runner,
                               [(address, k, 1000 * i, groups, delay_ms, env_id,
-                                i if pin else None) for i in range(runners)],
-                              warmup_s, duration_s)
+                                i if pin else None, bandwidth_mbit) for i in range(runners)],
+                              warmup_s, duration_s,
+                              probe=lambda: (service.bytes_received, service.bytes_sent))
     finally:
         service.stop()
         server.close()
@@ -355,6 +404,8 @@ def measure_acting(policy, spec, runners: int, k: int, warmup_s: float, duration
     histogram = {"round_trip": np.sum([r["round_trip"] for r in out], axis=0).tolist()}
     server = timed.stats(cpu.start, cpu.end)
     rtt_ms = 1e3 * sum(r["round_trip_s"] for r in out) / trips if trips else float("nan")
+    received, sent = cpu.probed()
+    frames = max(steps, 1) * ACTION_REPEAT
     return {
         "steps_per_s": steps / duration_s,
         # CPU per env step: each runner process (environments, encoding, its gRPC client)
@@ -370,6 +421,11 @@ def measure_acting(policy, spec, runners: int, k: int, warmup_s: float, duration
         # What a round trip costs beyond the policy call: transport, decoding, waiting for
         # a batch to close, the server's bookkeeping.
         "rtt_beyond_policy_ms": rtt_ms - server["policy_ms_per_batch"],
+        # Payload bytes per emulator frame on the wire (gRPC's and TCP's headers not
+        # counted): runners to the service (observations, rewards, step types) and back
+        # (actions). Counted by the service over the same window.
+        "bytes_per_frame_up": received / frames,
+        "bytes_per_frame_down": sent / frames,
     }
 
 
@@ -441,6 +497,67 @@ def measure_learner_limit(config, spec, policy, warmup_s: float,
     return {"steps_per_s": rate,
             "cpu_ms_per_step": 1e3 * cpu.process_s() / max(rate * duration_s, 1.0),
             "idle_cores": cpu.idle_cores()}
+
+
+def learner_flops_per_step(config, spec) -> dict[str, float]:
+    """The V-trace learner's arithmetic per env step, counted from its network's shapes
+    (`seed_agents.utils.flops.float_operations`), not timed.
+
+    One gradient of the network (forward and backward, both heads) is counted on a batch
+    of 8 observations and divided by 8; a learner step makes `sgd_steps_per_batch` passes
+    over `batch_size` unrolls of `unroll_length + 1` rows (the extra row bootstraps), and
+    under value normalization one more forward pass. V-trace's own arithmetic and Adam's
+    (element-wise, a few per weight or per row) are left out: under 1% of a convolutional
+    network's.
+    """
+    import tensorflow as tf
+
+    from builders.vtrace import VTraceBuilder
+    from seed_agents.utils.flops import float_operations
+
+    network = VTraceBuilder(config).make_networks(spec)
+    batch = 8
+    state = network.initial_state(batch)
+    observation = tf.TensorSpec([1, batch, *spec.observations.shape], spec.observations.dtype)
+    prev_action = tf.TensorSpec([1, batch], tf.int32)
+    first = tf.TensorSpec([1, batch], tf.bool)
+
+    def forward(o, a, f):
+        logits, value, _ = network.unroll_with_features(o, a, f, state)
+        return logits, value
+
+    def gradient(o, a, f):
+        with tf.GradientTape() as tape:
+            logits, value = forward(o, a, f)
+            loss = tf.reduce_sum(tf.cast(logits, tf.float32)) + tf.reduce_sum(
+                tf.cast(value, tf.float32))
+        # The loss too: a graph is counted as pruned to its outputs, and training computes
+        # the forward pass whether or not a gradient needs it.
+        return loss, tape.gradient(loss, network.trainable_variables)
+
+    specs = (observation, prev_action, first)
+    forward_flops = float_operations(forward, specs) / batch
+    gradient_flops = float_operations(gradient, specs) / batch
+    rows = (config.unroll_length + 1) / config.unroll_length
+    passes = config.sgd_steps_per_batch * gradient_flops + (
+        forward_flops if config.value_normalization is not None else 0.0)
+    return {"forward_flops_per_obs": forward_flops,
+            "gradient_flops_per_sample": gradient_flops,
+            "learner_flops_per_step": rows * passes}
+
+
+def measure_matmul_peak(precision: str, duration_s: float) -> dict[str, float]:
+    """GFLOP/s of a large matmul (`seed_agents.utils.flops.matmul_gflops`, 4096 square)
+    in float32 and, where it is the learner's, in bfloat16, with this process's TF threads
+    (as the learner has them)."""
+    import tensorflow as tf
+
+    from seed_agents.utils.flops import matmul_gflops
+
+    out = {"float32": matmul_gflops(tf.float32, 4096, duration_s)}
+    if precision == "bfloat16":
+        out["bfloat16"] = matmul_gflops(tf.bfloat16, 4096, duration_s)
+    return out
 
 
 def measure_impala_style(config, actors: int, warmup_s: float,

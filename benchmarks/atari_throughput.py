@@ -30,6 +30,11 @@ Phases, one after the other, each counted over `--duration` seconds after a warm
     cores perfectly, with nothing else (transport, batching) costing anything;
   * learner_limit: env steps/s the V-trace learner's train step alone consumes (random
     unrolls, no replay), for `training_ideal` = 1 / (1/env + 1/inference + 1/learner);
+  * peak: a 4096-square matmul in float32, and in bfloat16 where the learner computes in
+    it, with the learner's TF threads: this CPU's dense-arithmetic rate. The learner's
+    FLOPs per env step are counted (not timed) from its network's shapes
+    (`learner_flops_per_step`), and `learner_vs_peak` is the learner's achieved GFLOP/s
+    over the peak at its precision;
   * impala_style: as many actor processes as the layout has runners, each with its own
     copy of the policy, one environment and batch-1 inference per step (IMPALA's actors),
     in float32 whatever the config says (faster than bfloat16 at batch 1);
@@ -42,6 +47,11 @@ cores; CPU per step mostly does not, so `acting_cpu_vs_ideal` and `central_vs_im
 are the figures to compare across runs on a busy machine. Acting also reports the
 server's mean batch, its policy time per batch, the runners' round-trip time and the part
 of it beyond the policy call (transport, decoding, waiting for a batch to close).
+What a frame costs: `core_s_per_1m_frames` of each part (CPU per step, times a million
+frames over the action repeat), dollars per million frames at `--usd-per-vcpu-hour`
+(`seed_agents.utils.cost`), and `cost_vs_impala`: acting plus the learner, central
+inference's over IMPALA-style acting's. `bytes_per_frame`: payload bytes on the wire per
+emulator frame, runners to the service and back, counted by the service.
 Prints one JSON line last; measures, never asserts.
 
 The measuring functions and the processes they spawn live in `atari_phases.py`; this
@@ -56,18 +66,27 @@ import json
 import os
 from typing import Any
 
-import numpy as np
-
 # The sibling module (a script's own directory is on sys.path), as spawned processes find it.
 from atari_phases import (
     ACTION_REPEAT,
     ENV_ID,
+    json_round,
+    learner_flops_per_step,
     measure_acting,
     measure_env_limit,
     measure_impala_style,
     measure_inference_limit,
     measure_learner_limit,
+    measure_matmul_peak,
     measure_training,
+    training_config,
+)
+
+from seed_agents.utils.cost import (
+    PRICE_SOURCE,
+    USD_PER_VCPU_HOUR,
+    core_seconds_per_million_frames,
+    usd,
 )
 
 
@@ -80,17 +99,6 @@ def _layouts(text: str) -> list[tuple[int, int, int]]:
         k, _, groups = rest.partition("g")
         out.append((int(runners), int(k), int(groups or 1)))
     return out
-
-
-# IMPALA's V-trace as in the paper (one gradient step per batch, a shared torso) on the
-def _training_config(overrides: list[str]):
-    """The V-trace config every phase uses: the `ATARI_CPU` preset that
-    examples/atari_pong.py trains with, then the user's `--set` (later keys win)."""
-    from seed_agents.agents.vtrace.config import VTraceConfig
-    from seed_agents.agents.vtrace.presets import ATARI_CPU
-    from seed_agents.utils.overrides import parse_overrides
-
-    return parse_overrides(VTraceConfig, [*ATARI_CPU, *overrides])
 
 
 def main() -> None:
@@ -117,6 +125,10 @@ def main() -> None:
     parser.add_argument("--max-wait-ms", type=float, default=20.0)
     parser.add_argument("--address", default="127.0.0.1:0",
                         help="inference service address: host:port, or unix:/path")
+    parser.add_argument("--preset", default="atari_cpu", choices=("atari_cpu", "atari_ppo"),
+                        help="the V-trace preset every phase uses")
+    parser.add_argument("--usd-per-vcpu-hour", type=float, default=USD_PER_VCPU_HOUR,
+                        help=f"the price the cost figures use (default: {PRICE_SOURCE})")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="V-trace config field for every phase, e.g. batch_size=16")
     parser.add_argument("--inter-op-threads", type=int, default=2,
@@ -125,7 +137,7 @@ def main() -> None:
                              "such a process: LEARNER_INTER_OP_THREADS)")
     parser.add_argument("--phases",
                         default="env,acting,unpinned,runner_stacking,delayed,inference,learner,"
-                                "impala,training")
+                                "peak,impala,training")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from seed_agents.utils.tf_threads import configure_tf_threads
@@ -137,7 +149,7 @@ def main() -> None:
     from seed_agents.envs import make_environment
     from seed_agents.specs import make_environment_spec
 
-    config = _training_config(args.overrides)
+    config = training_config(args.preset, args.overrides)
     spec = make_environment_spec(make_environment(ENV_ID))
     builder = VTraceBuilder(config)
     policy = builder.make_policy(builder.make_networks(spec), spec, seed=0)
@@ -156,7 +168,7 @@ def _run_phases(args: argparse.Namespace, config, policy, spec) -> dict[str, Any
     nothing = {"steps_per_s": float("nan")}
     out: dict[str, Any] = {"env": nothing, "acting": {}, "impala": nothing, "delayed": nothing,
                            "learner": nothing, "runner_stacking": nothing, "unpinned": nothing,
-                           "inference": {"obs_per_s": float("nan")},
+                           "inference": {"obs_per_s": float("nan")}, "peak": {},
                            "training": {"trained_steps_per_s": float("nan"),
                                         "env_steps_per_s": float("nan")}}
     if "env" in phases:
@@ -204,6 +216,14 @@ def _run_phases(args: argparse.Namespace, config, policy, spec) -> dict[str, Any
         out["learner"] = measure_learner_limit(config, spec, policy, args.warmup,
                                                args.duration)
         _show("learner_limit", out["learner"])
+    # Counted, not timed: the learner's arithmetic per env step from its network's shapes.
+    out["arithmetic"] = learner_flops_per_step(config, spec)
+    if "peak" in phases:
+        from seed_agents.utils.hardware import resolve_precision
+
+        out["precision"] = resolve_precision(config.precision).precision
+        out["peak"] = measure_matmul_peak(out["precision"], min(args.duration, 5.0))
+        _show("matmul peak (GFLOP/s)", out["peak"])
     if "impala" in phases:
         # Float32: at batch 1 bfloat16's casts cost more than its convolutions save (1.96
         # against 1.32 CPU-ms per step measured here), and the baseline gets its best.
@@ -245,71 +265,115 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
         "learner": results["learner"].get("cpu_ms_per_step", float("nan")),
         "impala_actor": results["impala"].get("cpu_ms_per_step", float("nan")),
     }
+    # The learner's arithmetic against the CPU's dense-matmul rate at its precision.
+    flops = results["arithmetic"]["learner_flops_per_step"]
+    peak = results["peak"].get(results.get("precision", "float32"), float("nan"))
+    learner_gflops = flops * learner_limit / 1e9
+    training_learner_gflops = flops * training["trained_steps_per_s"] / 1e9
+    # Core-seconds per million frames of each part, and what a frame costs either way:
+    # the same learner, fed by central inference or by IMPALA's actors (each a policy copy
+    # at batch 1; the parameter broadcast they also need is not counted).
+    core_s = {name: core_seconds_per_million_frames(cpu_ms, ACTION_REPEAT) for name, cpu_ms in {
+        "central_acting": cpu["acting_runners"] + cpu["acting_server"],
+        "impala_acting": cpu["impala_actor"],
+        "learner": cpu["learner"],
+        "training": training.get("cpu_ms_per_trained_step", float("nan")),
+    }.items()}
+    central_total = core_s["central_acting"] + core_s["learner"]
+    impala_total = core_s["impala_acting"] + core_s["learner"]
+    price = args.usd_per_vcpu_hour
     return {
         "bench": "atari_throughput",
-        "value": _round(frames),
+        "value": json_round(frames),
         "unit": "frames/s",
-        "acting_vs_ideal": _round(acting / ideal, 3),
-        "central_vs_impala": _round(acting / impala_style, 2),
-        "env_limit": _round(env_limit),
-        "env_limit_runs": [_round(r["steps_per_s"]) for r in env_runs],  # before, after acting
-        "inference_limit": _round(inference_limit),
-        "ideal": _round(ideal),
-        "acting": _round(acting),
-        "impala_style": _round(impala_style),
+        "acting_vs_ideal": json_round(acting / ideal, 3),
+        "central_vs_impala": json_round(acting / impala_style, 2),
+        "env_limit": json_round(env_limit),
+        "env_limit_runs": [json_round(r["steps_per_s"]) for r in env_runs],  # before, after acting
+        "inference_limit": json_round(inference_limit),
+        "ideal": json_round(ideal),
+        "acting": json_round(acting),
+        "impala_style": json_round(impala_style),
         # The chosen layout's acting with every stream `delay_ms` away each way, over the
         # same layout without the delay (measured above, in this run).
         # The chosen layout with the environments stacking their own frames (all four sent
         # per step): acting (frames stacked by the server) over that rate.
         # The chosen layout with the runners not pinned to CPUs: acting over that rate.
-        "acting_unpinned": _round(results["unpinned"]["steps_per_s"]),
-        "pinned_vs_unpinned": _round(acting / results["unpinned"]["steps_per_s"], 3),
-        "acting_runner_stacking": _round(results["runner_stacking"]["steps_per_s"]),
-        "server_vs_runner_stacking": _round(
+        "acting_unpinned": json_round(results["unpinned"]["steps_per_s"]),
+        "pinned_vs_unpinned": json_round(acting / results["unpinned"]["steps_per_s"], 3),
+        "acting_runner_stacking": json_round(results["runner_stacking"]["steps_per_s"]),
+        "server_vs_runner_stacking": json_round(
             acting / results["runner_stacking"]["steps_per_s"], 3),
-        "runner_stacking_cpu_ms_per_step": _round(
+        "runner_stacking_cpu_ms_per_step": json_round(
             results["runner_stacking"].get("runner_cpu_ms_per_step", float("nan"))
             + results["runner_stacking"].get("server_cpu_ms_per_step", float("nan")), 3),
-        "acting_delayed": _round(results["delayed"]["steps_per_s"]),
-        "delayed_vs_none": _round(results["delayed"]["steps_per_s"] / acting, 3),
-        "training": _round(frames),
-        "training_env_steps_per_s": _round(training["trained_steps_per_s"]),
-        "training_acting_env_steps_per_s": _round(training["env_steps_per_s"]),
-        "baseline": _round(baseline),
-        "ratio": _round(frames / baseline, 2),
+        "acting_delayed": json_round(results["delayed"]["steps_per_s"]),
+        "delayed_vs_none": json_round(results["delayed"]["steps_per_s"] / acting, 3),
+        "training": json_round(frames),
+        "training_env_steps_per_s": json_round(training["trained_steps_per_s"]),
+        "training_acting_env_steps_per_s": json_round(training["env_steps_per_s"]),
+        "baseline": json_round(baseline),
+        "ratio": json_round(frames / baseline, 2),
         "acting_layouts": {
-            name: {"steps_per_s": _round(r["steps_per_s"]),
-                   "cpu_ms_per_step": _round(r["runner_cpu_ms_per_step"]
+            name: {"steps_per_s": json_round(r["steps_per_s"]),
+                   "cpu_ms_per_step": json_round(r["runner_cpu_ms_per_step"]
                                              + r["server_cpu_ms_per_step"], 3),
-                   "mean_batch": _round(r["mean_batch"], 1)}
+                   "mean_batch": json_round(r["mean_batch"], 1)}
             for name, r in results["acting"].items()},
         # CPU milliseconds per env step of each part. Unlike the rates, these barely move
         # when other programs share the cores, so they say where the time goes: acting
         # costs runners + server, against env + inference when nothing else costs a thing.
-        "cpu_ms_per_step": {key: _round(value, 3) for key, value in cpu.items()},
-        "acting_cpu_vs_ideal": _round((cpu["env"] + cpu["inference"])
+        "cpu_ms_per_step": {key: json_round(value, 3) for key, value in cpu.items()},
+        "acting_cpu_vs_ideal": json_round((cpu["env"] + cpu["inference"])
                                       / (cpu["acting_runners"] + cpu["acting_server"]), 3),
-        "central_vs_impala_cpu": _round(cpu["impala_actor"]
+        "central_vs_impala_cpu": json_round(cpu["impala_actor"]
                                         / (cpu["acting_runners"] + cpu["acting_server"]), 2),
-        "learner_limit": _round(learner_limit),
+        "learner_limit": json_round(learner_limit),
+        "learner_flops_per_step": json_round(flops),
+        "learner_gflops": json_round(learner_gflops, 1),
+        "training_learner_gflops": json_round(training_learner_gflops, 1),
+        "peak_gflops": {key: json_round(value, 1) for key, value in results["peak"].items()},
+        # The learner alone (learner_limit) and in training, over the matmul peak at the
+        # learner's precision: how far its step is from what this CPU computes.
+        "learner_vs_peak": json_round(learner_gflops / peak, 3),
+        "training_learner_vs_peak": json_round(training_learner_gflops / peak, 3),
+        "learner_arithmetic": {key: json_round(value) for key, value in
+                               results["arithmetic"].items()},
+        "core_s_per_1m_frames": {key: json_round(value, 1) for key, value in core_s.items()},
+        "usd_per_1m_frames": {"central": json_round(usd(central_total, price), 4),
+                              "impala": json_round(usd(impala_total, price), 4),
+                              "training": json_round(usd(core_s["training"], price), 4)},
+        "usd_per_vcpu_hour": price,
+        "price_source": PRICE_SOURCE if price == USD_PER_VCPU_HOUR else "--usd-per-vcpu-hour",
+        # Acting plus the learner, per frame: central inference's cost over IMPALA-style
+        # acting's (below 1: central is cheaper; SEED RL reports 40-80% cheaper).
+        "cost_vs_impala": json_round(central_total / impala_total, 3),
+        "acting_cost_vs_impala": json_round(core_s["central_acting"] / core_s["impala_acting"], 3),
+        # Payload bytes per emulator frame on the wire, each way (the chosen layout, frames
+        # stacked by the server; and with the runners stacking them).
+        "bytes_per_frame": {
+            "up": json_round(acting_figures.get("bytes_per_frame_up"), 1),
+            "down": json_round(acting_figures.get("bytes_per_frame_down"), 1),
+            "runner_stacking_up": json_round(
+                results["runner_stacking"].get("bytes_per_frame_up"), 1)},
         # Stepping, inference and learning sharing the cores perfectly: training's bound,
         # in env steps/s (as `training_env_steps_per_s`).
-        "training_ideal": _round(training_ideal),
-        "training_vs_ideal": _round(training["trained_steps_per_s"] / training_ideal, 3),
+        "training_ideal": json_round(training_ideal),
+        "training_vs_ideal": json_round(training["trained_steps_per_s"] / training_ideal, 3),
         # The same in CPU per trained env step (env + inference + learner alone, over what
         # training spent): the figure that holds when other programs share the cores.
-        "training_cpu_vs_ideal": _round(
+        "training_cpu_vs_ideal": json_round(
             (cpu["env"] + cpu["inference"] + cpu["learner"])
             / training.get("cpu_ms_per_trained_step", float("nan")), 3),
         # Cores the machine left idle in each phase: near 0 with our rates low means
         # another program had the cores; well above 0 means a stall of ours.
-        "idle_cores": {name: _round(results[name].get("idle_cores"), 2) for name in
+        "idle_cores": {name: json_round(results[name].get("idle_cores"), 2) for name in
                        ("env", "inference", "learner", "impala", "training",
                         "runner_stacking", "unpinned")}
-        | {"acting": _round(acting_figures.get("idle_cores"), 2),
-           "delayed": _round(results["delayed"].get("idle_cores"), 2)},
-        "acting_breakdown": {key: _round(value, 3) for key, value in acting_figures.items()},
-        "training_breakdown": {key: _round(value, 2) for key, value in training.items()},
+        | {"acting": json_round(acting_figures.get("idle_cores"), 2),
+           "delayed": json_round(results["delayed"].get("idle_cores"), 2)},
+        "acting_breakdown": {key: json_round(value, 3) for key, value in acting_figures.items()},
+        "training_breakdown": {key: json_round(value, 2) for key, value in training.items()},
         # Where it ran: CPU, flags, TF, precision and one-second reference rates.
         "machine": machine_report(config.precision),
         "config": {
@@ -319,6 +383,7 @@ def _report(results: dict[str, Any], args: argparse.Namespace, config) -> dict[s
             "duration_s": args.duration, "warmup_s": args.warmup,
             "training_warmup_s": args.training_warmup, "max_wait_ms": args.max_wait_ms,
             "address": args.address, "inter_op_threads": args.inter_op_threads,
+            "preset": args.preset,
             "cpus": os.cpu_count(),
             "vtrace": {name: getattr(config, name) for name in (
                 "torso", "hidden_sizes", "separate_value_torso", "ppo_clip",
@@ -337,13 +402,6 @@ def _combined(*rates: float) -> float:
     if any(not rate > 0 for rate in rates):  # Also NaN: a phase not run.
         return float("nan")
     return 1.0 / sum(1.0 / rate for rate in rates)
-
-
-def _round(value: float | None, digits: int = 0) -> float | int | None:
-    """JSON-friendly: None for a phase not run (NaN is not JSON)."""
-    if value is None or not np.isfinite(value):
-        return None
-    return round(value) if digits == 0 else round(value, digits)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ never), `baseline` a uniformly random policy's mean return over `--baseline-game
 the same protocol, played in the same run, and `ratio` = (value - baseline) / (target -
 baseline): 1 at the target (`--target`, Pong's 18 by default), 0 at random play; the
 learner's busy fraction (1 - the time it waited for data) and the frames/s stand beside
-it. A run stopped by `--minutes` before its budget says so in `stop_reason` and `frames`.
+it, with what the frames cost: `core_s_per_1m_frames` (CPU of every process of the run,
+all pieces so far) and `usd_per_1m_frames` at `--usd-per-vcpu-hour`. A run stopped by
+`--minutes` before its budget says so in `stop_reason` and `frames`.
 For a game other than Pong, name a `--target` (an anchor's score at the budget) to get a
 ratio.
 
@@ -57,6 +59,12 @@ from launch.experiment import Experiment  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
 from seed_agents.envs.atari import ATARI_PROTOCOLS, protocol_env_id  # noqa: E402
 from seed_agents.envs.random_play import random_return  # noqa: E402
+from seed_agents.utils.cost import (  # noqa: E402
+    PRICE_SOURCE,
+    USD_PER_VCPU_HOUR,
+    process_tree_cpu_s,
+    usd,
+)
 from seed_agents.utils.overrides import parse_overrides  # noqa: E402
 from seed_agents.utils.reference import machine_report  # noqa: E402
 
@@ -143,7 +151,8 @@ def measure_game(*, game: str, protocol: str, frames: int, seed: int, minutes: f
                  overrides: list[str] | tuple[str, ...] = (), env_options: str = "",
                  target: float | None = None, milestones: tuple[float, ...] = (),
                  runners: int = 2, envs_per_runner: int = 32,
-                 baseline_games: int = 3) -> dict:
+                 baseline_games: int = 3,
+                 usd_per_vcpu_hour: float = USD_PER_VCPU_HOUR) -> dict:
     """Trains `game` under `protocol` to `frames` (or `minutes` of the run's wall time, all
     pieces counted) in `logdir`, and returns the benchmark's JSON record of it.
 
@@ -160,6 +169,7 @@ def measure_game(*, game: str, protocol: str, frames: int, seed: int, minutes: f
     if agent != "vtrace":
         bench = f"{bench}_{agent}"
     baseline = random_return(env_id, baseline_games, 10_000 + seed)
+    cpu_before, steps_before = process_tree_cpu_s(), logged_env_steps(logdir) if resume else 0
     result = run_local_mp(Experiment(
         builder=builder, environment=env_id, num_runners=runners,
         envs_per_runner=envs_per_runner, max_env_steps=frames // ACTION_REPEAT,
@@ -182,6 +192,9 @@ def measure_game(*, game: str, protocol: str, frames: int, seed: int, minutes: f
     ratio = (None if target is None or value is None or target <= baseline
              else round((value - baseline) / (target - baseline), 3))
     health = feature_health_summary(logdir)
+    cost = piece_cost(logdir, process_tree_cpu_s() - cpu_before,
+                      steps_before * ACTION_REPEAT, result.env_steps * ACTION_REPEAT,
+                      usd_per_vcpu_hour)
     return {
         "bench": bench,
         "value": None if value is None else round(value, 2),
@@ -195,6 +208,7 @@ def measure_game(*, game: str, protocol: str, frames: int, seed: int, minutes: f
         "frames_per_s": round(result.env_steps * ACTION_REPEAT / result.wall_s, 1),
         "wall_s": round(result.wall_s, 1),
         "learner_busy_frac": learner_busy_fraction(logdir),
+        **cost,
         **health,
         "stop_reason": result.stop_reason,
         "protocol": protocol,
@@ -224,6 +238,43 @@ def replay_figures(config, train_mean_return: float) -> dict:
         "dqn_rows_per_env_step": DQN_ROWS_PER_ENV_STEP,
         "train_mean_return": (round(train_mean_return, 2)
                               if np.isfinite(train_mean_return) else None),
+    }
+
+
+def logged_env_steps(logdir: str) -> int:
+    """The env steps of the last row of the run's train.csv (0 without one): where a
+    resumed piece starts counting its own frames from."""
+    try:
+        with open(os.path.join(logdir, "train.csv"), newline="") as f:
+            rows = list(csv.DictReader(f))
+        return int(float(rows[-1]["env_steps"])) if rows else 0
+    except (OSError, KeyError, ValueError):
+        return 0
+
+
+def piece_cost(logdir: str, cpu_s: float, frames_before: int, frames_after: int,
+               usd_per_vcpu_hour: float) -> dict:
+    """CPU core-seconds per million frames of this piece and of all the run's pieces so far
+    (each piece's CPU and frames appended to `<logdir>/cost_pieces.jsonl`), and the
+    dollars at `usd_per_vcpu_hour`. Every process of the run is counted (runners,
+    learner, inference, replay, the driver); frames a resumed piece plays again after
+    its checkpoint count once more, as their CPU does."""
+    frames = max(frames_after - frames_before, 0)
+    path = os.path.join(logdir, "cost_pieces.jsonl")
+    with open(path, "a") as f:
+        f.write(json.dumps({"cpu_s": round(cpu_s, 1), "frames": frames,
+                            "frames_after": frames_after}) + "\n")
+    with open(path) as f:
+        pieces = [json.loads(line) for line in f if line.strip()]
+    total_cpu, total_frames = sum(p["cpu_s"] for p in pieces), sum(p["frames"] for p in pieces)
+    per_million = total_cpu / total_frames * 1e6 if total_frames else None
+    return {
+        "core_s_per_1m_frames": None if per_million is None else round(per_million, 1),
+        "piece_core_s_per_1m_frames": round(cpu_s / frames * 1e6, 1) if frames else None,
+        "usd_per_1m_frames": None if per_million is None else round(
+            usd(per_million, usd_per_vcpu_hour), 4),
+        "usd_per_vcpu_hour": usd_per_vcpu_hour,
+        "cpu_pieces": len(pieces),
     }
 
 
@@ -286,6 +337,8 @@ def main() -> None:
     parser.add_argument("--envs-per-runner", type=int, default=32)
     parser.add_argument("--minutes", type=float, default=600.0, help="wall-time limit")
     parser.add_argument("--baseline-games", type=int, default=3)
+    parser.add_argument("--usd-per-vcpu-hour", type=float, default=USD_PER_VCPU_HOUR,
+                        help=f"the price of the cost figures (default: {PRICE_SOURCE})")
     parser.add_argument("--logdir", default=None, help="default: runs/learn_pong-<time>")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --logdir (same arguments, more --minutes)")
@@ -312,7 +365,8 @@ def main() -> None:
             minutes=args.minutes, logdir=logdir, resume=args.resume, agent=args.agent,
             preset=args.preset, overrides=args.overrides, env_options=args.env_options,
             target=target, milestones=milestones, runners=args.runners,
-            envs_per_runner=args.envs_per_runner, baseline_games=args.baseline_games)
+            envs_per_runner=args.envs_per_runner, baseline_games=args.baseline_games,
+            usd_per_vcpu_hour=args.usd_per_vcpu_hour)
     except KeyboardInterrupt:
         # The run stopped its processes (local_mp re-raises once they are down): say how
         # to go on rather than print a traceback.

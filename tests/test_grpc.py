@@ -247,6 +247,26 @@ def _bad_inputs():
     }
 
 
+def test_the_service_counts_the_payload_bytes_of_every_message_each_way(served):
+    """`bytes_received` and `bytes_sent` are the payloads read and written (what
+    atari_throughput and cluster_sim report per frame): the HELLO and every step batch in,
+    every answer out."""
+    _, service = served
+    hello = make_hello("counted", num_envs=3)
+    batches = [step_batch(3, FIRST, seed=0)] + [step_batch(3, MID, seed=i) for i in range(1, 5)]
+    infer = RemoteInference(service.address, hello)
+    try:
+        answers = [infer(batch) for batch in batches]
+    finally:
+        infer.close()
+    expected_in = len(wire.encode_hello(hello)) + sum(
+        len(wire.encode_step_batch(batch)) for batch in batches)
+    expected_out = sum(len(wire.encode_actions(actions)) for actions in answers)
+    # Each is counted before its answer is written: final once the last answer is read.
+    assert service.bytes_received == expected_in
+    assert service.bytes_sent == expected_out > 0
+
+
 def test_bad_streams_get_invalid_argument_and_write_nothing(served, channel):
     setup, service = served
     good = GoodStream(service.address)

@@ -26,6 +26,19 @@ def _write(path: Path, header: str, rows: list[str]) -> None:
     path.write_text("\n".join([header, *rows]) + "\n")
 
 
+def test_the_cost_of_frames_adds_up_over_a_runs_pieces(bench, tmp_path):
+    _write(tmp_path / "train.csv", "env_steps,episodes", ["100,1", "2500,7"])
+    assert bench.logged_env_steps(str(tmp_path)) == 2500  # where a resumed piece starts
+    assert bench.logged_env_steps(str(tmp_path / "none")) == 0
+    first = bench.piece_cost(str(tmp_path), 100.0, 0, 1_000_000, 0.036)
+    assert first["core_s_per_1m_frames"] == first["piece_core_s_per_1m_frames"] == 100.0
+    assert first["usd_per_1m_frames"] == pytest.approx(100.0 / 3600 * 0.036, abs=1e-4)
+    second = bench.piece_cost(str(tmp_path), 500.0, 1_000_000, 2_000_000, 0.036)
+    # 600 core-seconds over 2M frames, the second piece alone 500 per million.
+    assert second["piece_core_s_per_1m_frames"] == 500.0
+    assert second["core_s_per_1m_frames"] == 300.0 and second["cpu_pieces"] == 2
+
+
 def test_the_curve_counts_frames_and_reads_milestones_on_100_game_means(bench, tmp_path):
     _write(tmp_path / "train.csv", "env_steps,episodes,mean_return,steps_per_s",
            ["0,0,nan,0", "1000,40,12.0,800", "2000,100,-5.0,800", "3000,150,10.5,800",

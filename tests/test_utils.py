@@ -349,3 +349,24 @@ def test_gc_for_serving_freezes_collects_less_and_restores():
         assert gc.get_freeze_count() > 0
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
+
+
+def test_the_service_loop_is_uvloops_unless_asyncios_is_asked_for(monkeypatch):
+    import asyncio
+
+    import uvloop
+
+    from seed_agents.utils.event_loops import ENV_VAR, new_event_loop
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    for uvloops in (True, False):
+        loop = new_event_loop()
+        try:
+            assert isinstance(loop, uvloop.Loop) is uvloops
+            assert loop.run_until_complete(asyncio.sleep(0, result=7)) == 7
+        finally:
+            loop.close()
+        monkeypatch.setenv(ENV_VAR, "asyncio")
+    monkeypatch.setenv(ENV_VAR, "tokio")
+    with pytest.raises(ValueError, match="'uvloop' or 'asyncio'"):
+        new_event_loop()

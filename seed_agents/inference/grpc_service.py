@@ -5,10 +5,10 @@ STEP_BATCH a `submit` whose actions go back as one ACTIONS message, and the end 
 stream (clean, cancelled, aborted, timed out or lost) a `disconnect`, so a stream's
 partial unrolls are discarded, never written, and its slots are free at once.
 
-One asyncio event loop, on a thread of its own, serves every stream (gRPC's asyncio
-server): a stream costs a coroutine and a few objects, not a thread, so a thousand
-runners do not fight over the interpreter lock in a thousand threads, and a stream is
-admitted as soon as the loop reads its first message. The policy runs on the server's
+One asyncio event loop (uvloop's where installed: `new_event_loop`), on a thread of its
+own, serves every stream (gRPC's asyncio server): a stream costs a coroutine and a few
+objects, not a thread, so a thousand runners do not fight over the interpreter lock in a
+thousand threads, and a stream is admitted as soon as the loop reads its first message. The policy runs on the server's
 batcher thread; its answers come back to the loop in one wake-up per batch.
 
 The stream is the trust boundary. Whatever a peer sends, the worst it gets is its own
@@ -67,6 +67,7 @@ from seed_agents.inference.rejections import RejectionLog
 from seed_agents.inference.server import InferenceServer
 from seed_agents.inference.step_types import StepTypeTracker
 from seed_agents.specs import EnvironmentSpec
+from seed_agents.utils.event_loops import new_event_loop
 from seed_agents.utils.startup import START_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
@@ -241,6 +242,11 @@ class InferenceService:
         self._idle: asyncio.Event | None = None
         self._sweeper: asyncio.Task | None = None
         self.streams_admitted = 0
+        # Payload bytes of every message read and written (gRPC adds a 5-byte prefix to
+        # each, HTTP/2 and TCP their headers): what a deployment's network carries per
+        # step. Written by the event loop only; ints, read by anyone.
+        self.bytes_received = 0
+        self.bytes_sent = 0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -253,7 +259,7 @@ class InferenceService:
         """
         if self._thread is not None:
             raise RuntimeError("InferenceService is already started.")
-        loop = asyncio.new_event_loop()
+        loop = new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, args=(loop,),
                                         name="inference-service", daemon=True)
         self._thread.start()
@@ -465,6 +471,7 @@ class InferenceService:
         first = await context.read()
         if first is grpc.aio.EOF:
             return  # Closed before saying anything: nothing to clean up.
+        self.bytes_received += len(first)
         hello = self._read_hello(first)
         self._connect(stream, hello)
         runner_id = hello.runner_id
@@ -549,6 +556,7 @@ class InferenceService:
             message = await context.read()
             if message is grpc.aio.EOF:
                 return
+            self.bytes_received += len(message)
             stream.deadline = math.inf  # Waiting for our answer is not the runner's doing.
             try:
                 batch = decode(message, num_envs, obs_shape, obs_dtype)
@@ -576,6 +584,7 @@ class InferenceService:
                 raise _Reject(grpc.StatusCode.INTERNAL,
                               f"the policy's actions cannot be sent: {error}") from None
             stream.deadline = loop.time() + idle_timeout_s
+            self.bytes_sent += len(answer)
             await context.write(answer)
 
 
