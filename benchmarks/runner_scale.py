@@ -16,7 +16,7 @@ measurement window starts after a short warm-up. A row reports obs/s in the wind
 p50/p99 round trip, the seconds from the opening until the last stream got its first
 answer, streams served, errors by status, and the server process's threads and RSS.
 
-Rows: 8, 64, 256 and 1,024 streams of K=4, and `few_large`: 4 streams of K=64 (what
+Rows: 8, 64, 256, 1,024 and 2,048 streams of K=4, and `few_large`: 4 streams of K=64 (what
 `inference_throughput.py` measures). Prints one JSON line last: value = obs/s at 1,024
 streams, baseline = obs/s at 64 streams, ratio = value / baseline (throughput holds as
 streams grow), `value_vs_few_large` = value / few_large. A baseline of 0 is an error.
@@ -197,14 +197,15 @@ def _make_server(max_envs: int, max_wait_ms: float):
 
 
 def measure_row(streams: int, k: int, processes: int, warmup_s: float, duration_s: float,
-                max_wait_ms: float) -> dict[str, Any]:
+                max_wait_ms: float, accept_loops: int | None = None) -> dict[str, Any]:
     from seed_agents.inference.grpc_service import InferenceService
     from seed_agents.inference.security import make_token
     from seed_agents.utils.gc_tuning import gc_for_serving
 
     server, spec = _make_server(streams * k, max_wait_ms)
     token = make_token()
-    service = InferenceService(server, spec, max_streams=streams, auth_token=token)
+    service = InferenceService(server, spec, max_streams=streams, auth_token=token,
+                               **({"accept_loops": accept_loops} if accept_loops else {}))
     with gc_for_serving():  # as the launchers do in the learner's process
         address = service.start()
         processes = min(processes, streams)
@@ -274,12 +275,15 @@ def measure_row(streams: int, k: int, processes: int, warmup_s: float, duration_
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--streams", default="8,64,256,1024",
+    parser.add_argument("--streams", default="8,64,256,1024,2048",
                         help="stream counts of K=4 rows (64 and 1024 make the JSON line)")
     parser.add_argument("--processes", type=int, default=4, help="client processes")
     parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
+    parser.add_argument("--accept-loops", type=int, default=None,
+                        help="gRPC servers sharing the service's port (default: the "
+                             "service's own)")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from seed_agents.utils.tf_threads import configure_tf_threads
@@ -288,10 +292,10 @@ def main() -> None:
     rows = []
     for streams in (int(s) for s in args.streams.split(",")):
         rows.append(measure_row(streams, 4, args.processes, args.warmup_s, args.duration_s,
-                                args.max_wait_ms))
+                                args.max_wait_ms, args.accept_loops))
         print(json.dumps(rows[-1]), flush=True)
     few_large = measure_row(4, 64, args.processes, args.warmup_s, args.duration_s,
-                            args.max_wait_ms)
+                            args.max_wait_ms, args.accept_loops)
     print(f"few_large: {json.dumps(few_large)}", flush=True)
     by_streams = {row["streams"]: row for row in rows}
     value_row, baseline_row = by_streams.get(1024), by_streams.get(64)
@@ -311,11 +315,17 @@ def main() -> None:
         "ratio": round(value / baseline, 3),
         "admitted_1024": value_row["served"],
         "admit_s_1024": value_row["admit_s"],
+        # The admission bar: every one of 2,048 streams answered once, none failed.
+        **({"admitted_2048": by_streams[2048]["served"],
+            "admit_s_2048": by_streams[2048]["admit_s"],
+            "errors_2048": by_streams[2048]["errors"],
+            "obs_per_s_2048": by_streams[2048]["obs_per_s"]} if 2048 in by_streams else {}),
         "few_large": few_large["obs_per_s"],
         "value_vs_few_large": round(value / few_large["obs_per_s"], 3),
         "rows": [*rows, {"few_large": True, **few_large}],
         "machine": machine_report("float32"),
-        "config": {"processes": args.processes, "warmup_s": args.warmup_s,
+        "config": {"processes": args.processes, "accept_loops": args.accept_loops,
+                   "warmup_s": args.warmup_s,
                    "duration_s": args.duration_s, "max_wait_ms": args.max_wait_ms},
     }))
 
