@@ -257,8 +257,10 @@ def piece_cost(logdir: str, cpu_s: float, frames_before: int, frames_after: int,
     """CPU core-seconds per million frames of this piece and of all the run's pieces so far
     (each piece's CPU and frames appended to `<logdir>/cost_pieces.jsonl`), and the
     dollars at `usd_per_vcpu_hour`. Every process of the run is counted (runners,
-    learner, inference, replay, the driver); frames a resumed piece plays again after
-    its checkpoint count once more, as their CPU does."""
+    learner, inference, replay, the driver). A piece's frames start at the last logged
+    row: the frames between the last checkpoint and a stop are played again by the next
+    piece, their CPU counted twice and their frames once, so a run made in pieces costs
+    a little more per frame than one unbroken."""
     frames = max(frames_after - frames_before, 0)
     path = os.path.join(logdir, "cost_pieces.jsonl")
     with open(path, "a") as f:
