@@ -78,7 +78,8 @@ def test_r2d2_is_judged_on_its_evaluation_games(bench, tmp_path):
 def test_each_agent_gets_its_atari_preset_and_overrides_win(bench):
     vtrace = bench.make_builder("vtrace", "atari_ppo", [], 2_500_000)
     assert type(vtrace).__name__ == "VTraceBuilder"
-    assert vtrace.config.max_learning_rate == 2.5e-4
+    assert (vtrace.config.max_learning_rate, vtrace.config.torso_learning_rate_scale) == (
+        1e-3, 0.25)
     r2d2 = bench.make_builder("r2d2", "atari", ["samples_per_insert=4"], 2_500_000)
     assert type(r2d2).__name__ == "R2D2Builder"
     assert (r2d2.config.torso, r2d2.config.samples_per_insert) == ("nature_cnn", 4)

@@ -382,6 +382,49 @@ def test_learner_step_adapts_its_learning_rate_variable(served, kl_target, direc
         learner.learning_rate)
 
 
+def _largest_change(before: list[np.ndarray], variables: list[tf.Variable]) -> float:
+    return max(float(np.abs(v.numpy() - b).max()) for b, v in zip(before, variables,
+                                                                     strict=True))
+
+
+def test_the_torso_steps_at_its_scaled_rate_and_the_heads_at_the_full_one(served, tmp_path):
+    spec, batches = served
+    config = _config(learning_rate=1e-3, torso_learning_rate_scale=0.25, kl_target=100.0,
+                     kl_adapt_factor=2.0, max_learning_rate=1e-2)
+    network = _network(spec, config)
+    torso = network.torso_variables
+    torso_refs = {v.ref() for v in torso}
+    heads = [v for v in network.trainable_variables if v.ref() not in torso_refs]
+    assert torso and heads
+    before_torso, before_heads = [v.numpy() for v in torso], [v.numpy() for v in heads]
+    learner = _learner(network, batches, config)
+    assert learner.step()
+    # Adam's first step moves each weight by at most its rate (exactly, where the
+    # gradient is far above epsilon): the torso's is a quarter of the heads'.
+    assert _largest_change(before_torso, torso) == pytest.approx(2.5e-4, rel=0.02)
+    assert _largest_change(before_heads, heads) == pytest.approx(1e-3, rel=0.02)
+    # The KL adapted the rate (doubled: KL far under 100); the torso's followed, scaled.
+    objects = learner.checkpoint_objects()
+    assert learner.learning_rate == pytest.approx(2e-3)
+    assert objects["torso_optimizer"].learning_rate.numpy() == pytest.approx(5e-4)
+
+    Checkpointer(objects, tmp_path).save()
+    fresh = _learner(_network(spec, config), batches, config)
+    assert Checkpointer(fresh.checkpoint_objects(), tmp_path).restore_latest()
+    assert fresh.checkpoint_objects()["torso_optimizer"].learning_rate.numpy() == (
+        pytest.approx(5e-4))
+    other = _learner(_network(spec, config), batches, config)
+    other.restore(learner.save())
+    for mine, theirs in zip(other.checkpoint_objects()["torso_optimizer"].variables,
+                            objects["torso_optimizer"].variables, strict=True):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    plain = _config()
+    with pytest.raises(ValueError, match="no torso_optimizer"):
+        other.restore(_learner(_network(spec, plain), batches, plain).save())
+    with pytest.raises(ValueError, match="torso_learning_rate_scale must be > 0"):
+        _config(torso_learning_rate_scale=0.0)
+
+
 # ---------------------------------------------------------------------- minibatches
 
 

@@ -89,5 +89,6 @@ class CollapseWatch:
                 f"{at}: live_features <= {self.threshold:g} for {self._low_rows} learner steps "
                 f"(now {self.latest:.3g}, value_std {value_std:.3g}). Its policy and value "
                 "are now the same for every state, and learning rarely recovers from that. "
-                "Lower the learning rate (for V-trace's adaptive rate: max_learning_rate) and "
-                "start again, or restart from an earlier checkpoint.")
+                "Lower the learning rate (for V-trace's adaptive rate: max_learning_rate; "
+                "for its torso alone: torso_learning_rate_scale) and start again, or restart "
+                "from an earlier checkpoint.")

@@ -99,6 +99,12 @@ class VTraceConfig:
         [min_learning_rate, max_learning_rate]. It replaces `anneal_steps`'s learning
         rate schedule (they cannot both be set). `learning_rate` is where it starts.
       min_learning_rate, max_learning_rate: the bounds of the adaptive learning rate.
+      torso_learning_rate_scale: the torso's (convolutions, MLP layers, a value torso)
+        step size as a fraction of the learning rate, whatever sets that (fixed, annealed
+        or adapted to the KL); the heads and an LSTM core take the full rate. Below 1 it
+        lets the heads, which cannot die, move fast while the torso's ReLUs are kept from
+        full-size Adam steps on noisy advantages (what killed BattleZone's features at a
+        1e-3 rate, see `presets.ATARI_PPO`). Each part then has an Adam of its own.
       kl_adapt_factor: the factor (> 1) of one adaptive learning rate change.
       num_minibatches: each batch of `batch_size` unrolls is split into this many
         minibatches of whole unrolls (V-trace needs an unroll's every row), and each of
@@ -147,6 +153,7 @@ class VTraceConfig:
     min_learning_rate: float = 1e-6
     max_learning_rate: float = 1e-2
     kl_adapt_factor: float = 1.5
+    torso_learning_rate_scale: float = 1.0
     num_minibatches: int = 1
     observation_normalization: bool = False
     observation_clip: float = 5.0
@@ -239,6 +246,9 @@ class VTraceConfig:
                 f"torso={self.torso!r}: pixels are already scaled to [0, 1] where read.")
         if self.observation_clip <= 0:
             raise ValueError(f"observation_clip must be > 0, got {self.observation_clip}.")
+        if not self.torso_learning_rate_scale > 0:
+            raise ValueError("torso_learning_rate_scale must be > 0, got "
+                             f"{self.torso_learning_rate_scale}.")
         if self.kl_adapt_factor <= 1.0:
             raise ValueError(f"kl_adapt_factor must be > 1, got {self.kl_adapt_factor}.")
         if self.num_minibatches < 1 or self.batch_size % self.num_minibatches:

@@ -123,9 +123,18 @@ class VTraceLearner(core.Learner):
         self._config = config
         self._counter = counter or Counter()
         self._logger = logger or NoOpLogger()
-        self._optimizer = built(tf.keras.optimizers.Adam(
-            config.learning_rate, beta_2=config.adam_beta2, epsilon=config.adam_epsilon
-        ), network.trainable_variables)
+        variables = network.trainable_variables
+        # With a torso rate of its own, the torso gets a second Adam; the first keeps the
+        # rest, and its learning rate variable stays the one every schedule sets.
+        self._torso_optimizer = None
+        self._torso_refs: frozenset = frozenset()
+        if config.torso_learning_rate_scale != 1.0:
+            torso = network.torso_variables
+            self._torso_refs = frozenset(v.ref() for v in torso)
+            variables = [v for v in variables if v.ref() not in self._torso_refs]
+            self._torso_optimizer = built(self._adam(
+                config.learning_rate * config.torso_learning_rate_scale), torso)
+        self._optimizer = built(self._adam(config.learning_rate), variables)
         # The optimizer's own variable: the Adam checkpoint already carries it, and it is
         # state when kl_target adapts it (with anneal_steps, a function of the step).
         self._learning_rate = self._optimizer.learning_rate
@@ -142,6 +151,18 @@ class VTraceLearner(core.Learner):
         self._train = tf.function(self._train_steps)
         # A variable, not an int, so that a checkpoint carries it (see checkpoint_objects).
         self._num_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="num_steps")
+
+    def _adam(self, learning_rate: float) -> tf.keras.optimizers.Adam:
+        c = self._config
+        return tf.keras.optimizers.Adam(learning_rate, beta_2=c.adam_beta2,
+                                        epsilon=c.adam_epsilon)
+
+    def _set_learning_rate(self, learning_rate: float) -> None:
+        """Sets the step size of the heads and, scaled, of the torso's own Adam."""
+        self._learning_rate.assign(learning_rate)
+        if self._torso_optimizer is not None:
+            self._torso_optimizer.learning_rate.assign(
+                learning_rate * self._config.torso_learning_rate_scale)
 
     @property
     def network(self) -> PolicyValueNetwork:
@@ -255,7 +276,14 @@ class VTraceLearner(core.Learner):
             gradients, _ = tf.clip_by_global_norm(
                 gradients, self._config.max_gradient_norm, use_norm=norm
             )
-        self._optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        pairs = list(zip(gradients, variables, strict=True))
+        if self._torso_optimizer is None:
+            self._optimizer.apply_gradients(pairs)
+        else:
+            self._optimizer.apply_gradients(
+                [(g, v) for g, v in pairs if v.ref() not in self._torso_refs])
+            self._torso_optimizer.apply_gradients(
+                [(g, v) for g, v in pairs if v.ref() in self._torso_refs])
         metrics["gradient_norm"] = norm
         return metrics
 
@@ -309,7 +337,7 @@ class VTraceLearner(core.Learner):
         entropy_cost = c.entropy_cost * (c.final_entropy_fraction
                                          + (1.0 - c.final_entropy_fraction) * fraction)
         if c.anneal_steps is not None:
-            self._optimizer.learning_rate = learning_rate
+            self._set_learning_rate(learning_rate)
             self._entropy_cost.assign(entropy_cost)
         return {"learning_rate": learning_rate, "entropy_cost": entropy_cost, **reuse}
 
@@ -325,7 +353,7 @@ class VTraceLearner(core.Learner):
         metrics.update(schedules)
         c = self._config
         if c.kl_target is not None:
-            self._learning_rate.assign(adapt_learning_rate(
+            self._set_learning_rate(adapt_learning_rate(
                 self.learning_rate, metrics["kl"], c.kl_target, c.kl_adapt_factor,
                 c.min_learning_rate, c.max_learning_rate))
         self._num_steps.assign_add(1)
@@ -342,6 +370,8 @@ class VTraceLearner(core.Learner):
     def checkpoint_objects(self) -> dict[str, Any]:
         objects = {"network": self._network, "optimizer": self._optimizer,
                    "step": self._num_steps}
+        if self._torso_optimizer is not None:
+            objects["torso_optimizer"] = self._torso_optimizer
         # Only where the config uses them: a checkpoint of a run without them keeps the
         # layout it always had, and restores into a learner that does not use them either.
         if self._value_normalizer is not None:
@@ -356,6 +386,8 @@ class VTraceLearner(core.Learner):
             "network": [v.numpy() for v in self._network.variables],
             "optimizer": [v.numpy() for v in self._optimizer.variables],
         }
+        if self._torso_optimizer is not None:
+            state["torso_optimizer"] = [v.numpy() for v in self._torso_optimizer.variables]
         if self._value_normalizer is not None:
             state["value_normalizer"] = [v.numpy() for v in self._value_normalizer.variables]
         if self._config.kl_target is not None:
@@ -363,11 +395,22 @@ class VTraceLearner(core.Learner):
         return state
 
     def restore(self, state: dict[str, Any]) -> None:
+        # Checked first: the heads' optimizer of the other layout would not fit either.
+        if state["optimizer"] and (self._torso_optimizer is None) != (
+                "torso_optimizer" not in state):
+            saved = "has" if "torso_optimizer" in state else "has no"
+            raise ValueError(f"The saved state {saved} torso_optimizer: it is of a learner "
+                             f"{'with' if saved == 'has' else 'without'} "
+                             "torso_learning_rate_scale.")
         for variable, value in zip(self._network.variables, state["network"], strict=True):
             variable.assign(value)
         if state["optimizer"]:
             for variable, value in zip(self._optimizer.variables, state["optimizer"],
                                        strict=True):
+                variable.assign(value)
+        if self._torso_optimizer is not None and state["optimizer"]:
+            for variable, value in zip(self._torso_optimizer.variables,
+                                       state["torso_optimizer"], strict=True):
                 variable.assign(value)
         if self._value_normalizer is not None:
             # Strict: without its statistics the restored value head's outputs mean nothing.
@@ -379,7 +422,7 @@ class VTraceLearner(core.Learner):
                 variable.assign(value)
         if self._config.kl_target is not None and "learning_rate" in state:
             # Lenient: a state saved without adaptation restarts from `learning_rate`.
-            self._learning_rate.assign(state["learning_rate"])
+            self._set_learning_rate(state["learning_rate"])
         self._num_steps.assign(int(state["num_steps"]))
         self._network.version.assign(self._num_steps)
 

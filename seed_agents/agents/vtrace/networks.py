@@ -119,6 +119,13 @@ class PolicyValueNetwork(tf.Module):
         return tf.concat([embedding, one_hot], axis=-1)
 
     @property
+    def torso_variables(self) -> list[tf.Variable]:
+        """The trainable variables of the torso (convolutions, MLP layers and a value
+        torso): what `VTraceConfig.torso_learning_rate_scale` steps at its own rate."""
+        layers = [*self._conv, *self._torso, *self._value_torso]
+        return [v for layer in layers for v in layer.trainable_variables]
+
+    @property
     def value_head(self) -> tf.keras.layers.Dense:
         """The Dense(1) layer whose output is the value; PopArt rescales its weights."""
         return self._value_head
