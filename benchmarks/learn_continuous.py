@@ -23,6 +23,8 @@ DIR/<agent>_<env>_seed<N> with checkpoints, stops after M minutes of its run's w
 (all pieces together), and the next invocation with the same arguments (and a larger
 `--minutes`) continues it from its newest checkpoint (replay included). A seed stopped
 short of `--steps` reports no figure (`incomplete_seeds`) until a later piece finishes it.
+Such a run is an ordinary one of the agent's own networks: its final checkpoint is what
+the benchmark evaluates, and `seed-agents eval/export/record --logdir` load it.
 
 `--parallel N` runs N seeds at once in separate processes (each with its TF threads
 sized for its share of the cores). Prints one JSON line last; measures, never asserts.
@@ -115,7 +117,10 @@ def run_seed(agent: str, seed: int, args: argparse.Namespace, threads: int) -> d
     resume = bool(logdir and has_learner_checkpoint(learner_directory(logdir)))
     start = time.monotonic()
     result = run_inprocess(Experiment(
-        builder=builder, environment=task(agent, args), network_factory=networks,
+        # A run with a logdir keeps the builder's own networks, so that its run.json says
+        # so and `seed-agents eval/export` load it; its final checkpoint is evaluated.
+        builder=builder, environment=task(agent, args),
+        network_factory=None if logdir else networks,
         num_runners=1, envs_per_runner=args.envs, max_env_steps=args.steps, seed=seed,
         log_every_s=30.0, logdir=logdir, checkpoint_every_s=300.0 if logdir else None,
         resume=resume, max_wall_s=args.minutes * 60.0 if args.minutes else None),
@@ -126,8 +131,14 @@ def run_seed(agent: str, seed: int, args: argparse.Namespace, threads: int) -> d
               f"steps ({result.stop_reason}); run again with more --minutes to continue "
               f"{logdir}", flush=True)
         return {"seed": seed, "incomplete": True, "env_steps": result.env_steps}
-    eval_return = evaluate(builder, captured["networks"], task(agent, args),
-                           args.eval_episodes, seed + 999_983)
+    if logdir:
+        from launch.restore import load_run
+
+        evaluated = load_run(logdir, builder=builder).networks
+    else:
+        evaluated = captured["networks"]
+    eval_return = evaluate(builder, evaluated, task(agent, args), args.eval_episodes,
+                           seed + 999_983)
     out = {
         "seed": seed,
         "eval_return": round(eval_return, 1),
@@ -194,7 +205,8 @@ def _run_seed_job(job: tuple) -> dict[str, Any]:
     return result
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's settings, checked (`argv`: sys.argv's by default)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=0)
@@ -217,17 +229,22 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=None,
                         help="stop each seed's run after this many minutes of its wall time "
                              "(all its pieces together; needs --runs-dir)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.minutes and not args.runs_dir:
         parser.error("--minutes makes pieces: name where the runs continue (--runs-dir).")
-    agents = args.agents.split(",")
     from launch.commands.agents import builtin_configs
 
     known = set(TASKS) if args.env is None else set(builtin_configs())
-    unknown = set(agents) - known
+    unknown = set(args.agents.split(",")) - known
     if unknown:
         parser.error(f"unknown agents {sorted(unknown)}; choose from {sorted(known)} (with "
                      "--env: any shipped agent)")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    agents = args.agents.split(",")
     if args.results_dir:
         os.makedirs(args.results_dir, exist_ok=True)
     threads = max(1, (os.cpu_count() or 1) // args.parallel)

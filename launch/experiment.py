@@ -338,7 +338,9 @@ class Experiment:
         Every backend calls this before it starts anything; it changes nothing on disk.
         """
         check_resume(self.logdir, self.resume)
-        record = self.record and self.record.removeprefix("rlds:")
+        # `rlds:~/x` reaches us unexpanded (the shell expands only a leading `~`), and the
+        # writers expand it: the check must look where they will write.
+        record = self.record and os.path.expanduser(self.record.removeprefix("rlds:"))
         if record and os.path.exists(record) and (
                 not os.path.isdir(record) or os.listdir(record)):
             raise ValueError(f"--record {self.record} exists and is not an empty directory: "

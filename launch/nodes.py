@@ -405,15 +405,19 @@ def learner_node(context: NodeContext, experiment: Experiment, restart: int = 0,
                 service.stop()
             if inference is not None:
                 inference.close()
+            # What a stop must not lose closes first: the recording (after the server:
+            # no episode ends meanwhile) and the logs. The Reverb streams come last, as
+            # they can wait on the replay (a full queue, a rate limiter) until the stop's
+            # bound kills this process.
+            if recorder is not None:
+                recorder.close()
+            if control is not None:
+                control.stop()
+            learner_logger.close()
             if adder is not None and hasattr(adder, "close"):
                 adder.close()  # its writer's stream, while the replay is still up
             if hasattr(learner, "close"):  # a learner need not derive from core.Learner
                 learner.close()
-            if recorder is not None:
-                recorder.close()  # after the server: no episode ends meanwhile
-            if control is not None:
-                control.stop()
-            learner_logger.close()
 
 
 def runner_node(context: NodeContext, environment: Any, num_envs: int, seed: int,

@@ -25,8 +25,9 @@ import dataclasses
 import datetime
 import json
 import os
+import sys
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 from seed_agents.utils import storage
 from seed_agents.utils.checkpointing import CHECKPOINT_FORMAT, write_json_atomically
@@ -239,17 +240,38 @@ def check_same_run(experiment: RecordedExperiment) -> None:
             "choose another logdir. Nothing was changed.")
 
 
-def write_run_record(experiment: RecordedExperiment) -> RunRecord | None:
+def config_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """"key: old -> new" for each config field whose value differs (or is new or gone)."""
+    missing = object()
+    return [f"{key}: {before.get(key, '(none)')} -> {after.get(key, '(none)')}"
+            for key in sorted({*before, *after})
+            if before.get(key, missing) != after.get(key, missing)]
+
+
+def write_run_record(experiment: RecordedExperiment,
+                     stream: TextIO | None = None) -> RunRecord | None:
     """Writes `<logdir>/run.json` for a run that starts (a resumed one keeps its earlier
-    start times); None without a logdir. Call after `check_checkpoints`."""
+    start times); None without a logdir. Call after `check_checkpoints`.
+
+    A resumed run whose agent's config differs from the one its record holds (another
+    preset, a changed `--set`) goes on with the new one, as its command line asks; the
+    changed fields are printed to `stream` (stderr by default), since the checkpoint fits
+    either way and nothing else would say so.
+    """
     if not experiment.logdir:
         return None
     started: tuple[str, ...] = ()
     path = run_record_path(experiment.logdir)
+    record = RunRecord.of(experiment)
     if experiment.resume and storage.isfile(path):
-        started = read_run_record(experiment.logdir).started
+        previous = read_run_record(experiment.logdir)
+        started = previous.started
+        if changes := config_changes(previous.config, record.config):
+            print(f"--resume: {experiment.logdir} goes on with settings that differ from "
+                  f"its last piece's: {'; '.join(changes)}", file=stream or sys.stderr,
+                  flush=True)
     now = datetime.datetime.now().isoformat(timespec="seconds")
-    record = dataclasses.replace(RunRecord.of(experiment), started=(*started, now))
+    record = dataclasses.replace(record, started=(*started, now))
     storage.makedirs(experiment.logdir)
     write_json_atomically(path, record.to_json())
     return record

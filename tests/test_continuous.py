@@ -393,3 +393,30 @@ def test_a_runner_counts_the_bad_actions_its_environments_clipped():
     assert runner.bad_actions == 6  # 2 environments x 3 steps, then none
     assert runner_rates({"time": 0.0}, {**runner.figures(), "time": 1.0})["bad_actions"] == 6
     runner.close()
+
+
+def test_learn_continuous_runs_are_the_builders_own_and_load_back(tmp_path, capsys):
+    """`benchmarks/learn_continuous.py --runs-dir` keeps the builder's networks (run.json
+    names no custom factory), evaluates the final checkpoint, and `seed-agents eval`
+    loads the run."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location(
+        "learn_continuous", root / "benchmarks" / "learn_continuous.py")
+    learn_continuous = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learn_continuous)
+    args = learn_continuous.parse_args([
+        "--agents", "td3", "--env", "gym:Pendulum-v1", "--steps", "400", "--seeds", "1",
+        "--envs", "2", "--eval-episodes", "1", "--runs-dir", str(tmp_path),
+        "--set", "td3:actor_hidden_sizes=(16,)", "--set", "td3:critic_hidden_sizes=(16,)",
+        "--set", "td3:batch_size=16", "--set", "td3:min_replay_size=64"])
+    out = learn_continuous.run_seed("td3", 0, args, threads=1)
+    assert out["env_steps"] >= 400 and out["learner_steps"] > 0
+    assert -2000.0 < out["eval_return"] <= 0.0  # Pendulum's returns: one 200-step episode
+    logdir = tmp_path / "td3_gym_Pendulum-v1_seed0"
+    assert json.loads((logdir / "run.json").read_text())["network_factory"] is None
+    assert cli.main(["eval", "--logdir", str(logdir), "--episodes", "1"]) == 0
+    assert "return: mean" in capsys.readouterr().out

@@ -224,6 +224,20 @@ def test_command_line_errors_name_what_is_wrong(args, message, heuristic_dataset
     assert not (tmp_path / "run").exists() and not (tmp_path / "new").exists()
 
 
+def test_record_into_a_taken_rlds_directory_under_home_is_refused(heuristic_dataset,
+                                                                   tmp_path, monkeypatch,
+                                                                   capsys):
+    """`--record rlds:~/DIR` is checked where the writer would write: the user's home."""
+    path, _ = heuristic_dataset
+    monkeypatch.setenv("HOME", str(Path(path).parent))
+    before = sorted(p.name for p in Path(path).iterdir())
+    assert _main("train", "--agent", "vtrace", "--record", f"rlds:~/{Path(path).name}",
+                 "--logdir", str(tmp_path / "run")) == 2
+    assert "is not an empty directory" in capsys.readouterr().err
+    assert sorted(p.name for p in Path(path).iterdir()) == before
+    assert not (tmp_path / "run").exists()
+
+
 def test_rlds_datasets_written_by_record_and_by_training_train_an_offline_agent(
         pendulum_recording, tmp_path, capsys):
     """`record --format rlds` and `train --record rlds:DIR` write RLDS (TFDS) datasets;

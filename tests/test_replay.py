@@ -221,7 +221,14 @@ def test_batches_start_anew_after_a_timeout_and_destroy_the_spent_iterator_elsew
     # A fresh iterator reads what came after; on slow cores the first fresh one may time
     # out before the data lands, so a few tries (counted, not timed).
     assert any(batches.next() is not None for _ in range(100))
+    # The live iterator at close goes the same way: its destructor, which a rate limiter
+    # can hold for seconds once nothing inserts, never runs on the stopping learner's
+    # thread.
+    destroyed.clear()
+    weakref.finalize(batches._iterator, record_thread)
     batches.close()
+    assert destroyed.wait(60)
+    assert seen["thread"] != threading.current_thread().name
     with pytest.raises(RuntimeError, match="after close"):
         batches.next()
 

@@ -22,7 +22,7 @@ from launch.commands.cli import AGENTS
 from launch.commands.evaluation import evaluate
 from launch.experiment import Experiment
 from launch.restore import load_run
-from launch.run_record import read_run_record
+from launch.run_record import read_run_record, write_run_record
 from seed_agents.agents.r2d2.config import R2D2Config
 from seed_agents.agents.vtrace.config import VTraceConfig
 from seed_agents.inference.security import make_token
@@ -102,6 +102,23 @@ def test_resuming_another_agent_or_environment_is_refused_and_changes_nothing(tm
         run_local_mp(dataclasses.replace(experiment, environment="fake:obs=4,len=16",
                                          resume=True))
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_a_run_resumed_with_other_settings_says_which(tmp_path):
+    """The checkpoint fits a changed config (another preset, a new `--set`): the resumed
+    run goes on with it, and says what changed."""
+    experiment = Experiment(builder=VTraceBuilder(SMALL), environment="fake:obs=4,len=15",
+                            logdir=str(tmp_path))
+    write_run_record(experiment)
+    same, changed = io.StringIO(), io.StringIO()
+    write_run_record(dataclasses.replace(experiment, resume=True), same)
+    assert same.getvalue() == ""
+    other = VTraceBuilder(dataclasses.replace(SMALL, learning_rate=5e-4, batch_size=8))
+    write_run_record(dataclasses.replace(experiment, builder=other, resume=True), changed)
+    assert (f"--resume: {tmp_path} goes on with settings that differ from its last "
+            "piece's: batch_size: 4 -> 8; learning_rate: 0.001 -> 0.0005") in changed.getvalue()
+    record = read_run_record(tmp_path)
+    assert record.config["batch_size"] == 8 and len(record.started) == 3
 
 
 def _objects() -> dict:

@@ -300,7 +300,9 @@ def test_statistics_and_adapted_learning_rate_survive_a_checkpoint(served, tmp_p
     plain = _config()
     plain_learner = _learner(_network(spec, plain), batches, plain)
     Checkpointer(plain_learner.checkpoint_objects(), tmp_path / "plain").save()
-    with pytest.raises(ValueError, match="does not fit"):
+    # (its kl_target is unset too: it has no learning_rate of its own either)
+    with pytest.raises(ValueError, match=r"does not fit this learner \(the checkpoint has "
+                                         r"no \['learning_rate', 'value_normalizer'\]"):
         Checkpointer(_learner(_network(spec, config), batches, config).checkpoint_objects(),
                      tmp_path / "plain").restore_latest()
     with pytest.raises(ValueError, match="no value_normalizer"):
@@ -419,8 +421,17 @@ def test_the_torso_steps_at_its_scaled_rate_and_the_heads_at_the_full_one(served
                             objects["torso_optimizer"].variables, strict=True):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
     plain = _config()
+    plain_learner = _learner(_network(spec, plain), batches, plain)
     with pytest.raises(ValueError, match="no torso_optimizer"):
-        other.restore(_learner(_network(spec, plain), batches, plain).save())
+        other.restore(plain_learner.save())
+    # A checkpoint of a run without the split: the refusal names the object it lacks.
+    Checkpointer(plain_learner.checkpoint_objects(), tmp_path / "plain").save()
+    with pytest.raises(ValueError,
+                       match=r"the checkpoint has no \['learning_rate', 'torso_optimizer'\]"):
+        Checkpointer(fresh.checkpoint_objects(), tmp_path / "plain").restore_latest()
+    # ... and a run with it, restored into one without: the objects it holds in excess.
+    with pytest.raises(ValueError, match=r"it holds \['learning_rate', 'torso_optimizer'\]"):
+        Checkpointer(plain_learner.checkpoint_objects(), tmp_path).restore_latest()
     with pytest.raises(ValueError, match="torso_learning_rate_scale must be > 0"):
         _config(torso_learning_rate_scale=0.0)
 

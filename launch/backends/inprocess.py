@@ -215,7 +215,7 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None,
     np.random.seed(experiment.seed)
     if experiment.logdir:
         storage.makedirs(experiment.logdir)
-        write_run_record(experiment)
+        write_run_record(experiment, stream)
         start_final_checkpoint(experiment)
 
     nodes = _Nodes(make_program(experiment), experiment, stream)

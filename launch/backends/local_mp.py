@@ -385,7 +385,7 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
     profile_setting("learner")
     experiment.environment_spec()  # an action spec the agent cannot use fails here, first
     storage.makedirs(run_dir)
-    write_run_record(experiment)
+    write_run_record(experiment, stream)
     start_final_checkpoint(experiment)
     program = make_program(experiment)
     # A node's output goes to a local file (its file descriptors 1 and 2 point there);

@@ -134,7 +134,7 @@ def run_offline(experiment: Experiment, stream: TextIO | None = None,
         print(replay.summary(), file=stream, flush=True)
         if experiment.logdir:
             storage.makedirs(experiment.logdir)
-            write_run_record(experiment)
+            write_run_record(experiment, stream)
         counter, clock = Counter(), RunClock()
         evaluator = _Evaluator(experiment, networks, spec)
         learner_logger = make_learner_logger(experiment.logdir, experiment.resume,

@@ -576,7 +576,7 @@ def run_ray(
     require_central_inference(experiment)
     experiment.environment_spec()  # an action spec the agent cannot use fails here, first
     storage.makedirs(run_dir)
-    write_run_record(experiment)
+    write_run_record(experiment, stream)
     start_final_checkpoint(experiment)
     actors = _Actors(experiment, run_name or os.path.basename(run_dir.rstrip("/")), run_dir,
                      stream)

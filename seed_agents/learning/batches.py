@@ -55,14 +55,19 @@ class Batches:
         self._retiring.append(thread)
 
     def close(self) -> None:
-        """Drops the iterator now, and waits up to `_RETIRE_WAIT_S` in all for spent ones
-        to be destroyed, closing their Reverb streams while the server is up: an iterator
-        left to the garbage collector after its server stopped blocks the collection for
-        seconds in its destructor (measured: 12-30 s). The wait is bounded because a
-        stopping node's time is bounded (a `local_mp` learner was killed after its
-        last save, possibly waiting here); a destructor still running finishes on its
-        daemon thread."""
-        self._iterator = None
+        """Retires the live iterator as a spent one, and waits up to `_RETIRE_WAIT_S` in
+        all for them to be destroyed, closing their Reverb streams while the server is
+        up: an iterator left to the garbage collector after its server stopped blocks the
+        collection for seconds in its destructor (measured: 12-30 s). The live one is
+        destroyed on a thread too: once the runners have stopped, a rate limiter (R2D2) or
+        a queue nobody fills (V-trace) holds its sample requests back, and its destructor
+        waited on the learner's thread until `local_mp` killed the learner, past its last
+        save (the end of most Atari pieces; py-spy showed the learner here for 5 s). The wait is
+        bounded because a stopping node's time is bounded; a destructor still running
+        finishes on its daemon thread."""
+        if self._iterator is not None:
+            live, self._iterator = [self._iterator], None
+            self._retire(live)
         deadline = time.monotonic() + _RETIRE_WAIT_S
         for thread in self._retiring:
             thread.join(max(deadline - time.monotonic(), 0.0))

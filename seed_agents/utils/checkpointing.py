@@ -392,6 +392,28 @@ class Checkpointer:
             return None
         return self.save()
 
+    def _unmatched_objects(self, path: str) -> str:
+        """Which of the learner's named objects the checkpoint lacks, and which it holds
+        that the learner has not (a setting that adds an object, e.g. V-trace's
+        `torso_learning_rate_scale`, changed between the runs); "" when they agree."""
+        import tensorflow as tf
+        from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+        # The root's children in the checkpoint's object graph, not the variables' paths:
+        # a variable two objects share is saved once, under one of them.
+        graph = trackable_object_graph_pb2.TrackableObjectGraph()
+        try:
+            graph.ParseFromString(tf.train.load_checkpoint(path).get_tensor(
+                "_CHECKPOINTABLE_OBJECT_GRAPH"))
+        except Exception:  # noqa: BLE001 - an unreadable graph: the restore's error says it
+            return ""
+        held = {child.local_name for child in graph.nodes[0].children} - {"save_counter"}
+        mine = {*self._objects, _COUNTS}
+        missing, extra = sorted(mine - held), sorted(held - mine)
+        parts = ([f"the checkpoint has no {missing}"] if missing else []) + \
+            ([f"it holds {extra}, which this learner has not"] if extra else [])
+        return "; ".join(parts)
+
     def restore_latest(self) -> bool:
         """Restores the newest checkpoint, if there is one; returns whether there was.
 
@@ -420,7 +442,8 @@ class Checkpointer:
             self._checkpoint.restore(path).assert_existing_objects_matched()
         except (AssertionError, ValueError) as error:  # unmatched objects, other shapes
             raise ValueError(f"The checkpoint {path} does not fit this learner "
-                             f"(another agent or network?): {error}") from error
+                             f"({self._unmatched_objects(path) or 'another agent or network?'})"
+                             f": {error}") from error
         if self._counter is not None:
             self._counter.restore({"counts": info.counts})
         for name, part in self._state.items():
