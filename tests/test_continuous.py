@@ -412,7 +412,8 @@ def test_learn_continuous_runs_are_the_builders_own_and_load_back(tmp_path, caps
         "--agents", "td3", "--env", "gym:Pendulum-v1", "--steps", "400", "--seeds", "1",
         "--envs", "2", "--eval-episodes", "1", "--runs-dir", str(tmp_path),
         "--set", "td3:actor_hidden_sizes=(16,)", "--set", "td3:critic_hidden_sizes=(16,)",
-        "--set", "td3:batch_size=16", "--set", "td3:min_replay_size=64"])
+        "--set", "td3:batch_size=16", "--set", "td3:min_replay_size=64",
+        "--set", "td3:samples_per_insert=2.0"])
     out = learn_continuous.run_seed("td3", 0, args, threads=1)
     assert out["env_steps"] >= 400 and out["learner_steps"] > 0
     assert -2000.0 < out["eval_return"] <= 0.0  # Pendulum's returns: one 200-step episode
