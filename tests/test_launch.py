@@ -118,7 +118,11 @@ def test_inprocess_run_stops_when_the_caller_sets_its_stop_event(tmp_path):
                     rows = list(csv.DictReader(f))
             except OSError:
                 continue
-            if rows and int(rows[-1]["learner_steps"]) > 0:
+            # The last row may be half written as it is read (its learner_steps missing
+            # or cut): it counts only once whole. A parse error here once ended this
+            # thread, and the run, with no budget but this event, never stopped.
+            steps = (rows[-1].get("learner_steps") or "") if rows else ""
+            if steps.isdigit() and int(steps) > 0:
                 stop.set()
 
     watcher = threading.Thread(target=stop_after_a_learner_step, daemon=True)
