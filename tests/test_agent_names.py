@@ -212,6 +212,24 @@ def test_the_shipped_configs_are_the_builders_configs():
                               "vtrace"]
 
 
+def test_every_preset_builds_its_agents_config():
+    from launch.commands import cli
+    from launch.commands.agents import builtin_configs
+    from seed_agents.utils.overrides import parse_overrides
+
+    configs = builtin_configs()
+    assert set(cli.PRESETS) == set(configs)  # every shipped agent is listed, presets or none
+    built = {}
+    for agent, presets in cli.PRESETS.items():
+        for name, preset in presets.items():
+            config = parse_overrides(configs[agent], preset)
+            keys = {item.split("=", 1)[0] for item in preset}
+            assert len(keys) == len(preset), f"{agent} {name} sets a field twice"
+            built[(agent, name)] = config
+    assert built[("mpo", "acme_baseline")].epsilon_mean == 0.01
+    assert built[("mpo", "acme_baseline")].n_step == 4
+
+
 def test_train_help_lists_a_plugins_config_fields(plugin, capsys):
     from launch.commands import cli
 

@@ -31,6 +31,7 @@ from launch.commands.recording import run_record  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
 from launch.studies.comparing import compare_runs, format_table, write_csv  # noqa: E402
 from launch.studies.results import write_result  # noqa: E402
+from seed_agents.agents.mpo.presets import MPO_PRESETS  # noqa: E402
 from seed_agents.agents.r2d2.presets import R2D2_PRESETS  # noqa: E402
 from seed_agents.agents.td3.presets import TD3_PRESETS  # noqa: E402
 from seed_agents.agents.vtrace.presets import VTRACE_PRESETS  # noqa: E402
@@ -55,7 +56,7 @@ PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
     "sac": {},
     "d4pg": {},
     "td3": TD3_PRESETS,
-    "mpo": {},
+    "mpo": MPO_PRESETS,
     "bc": {},
     "cql": {},
     "iql": {},

@@ -1,0 +1,21 @@
+"""Named MPO settings, as the `key=value` strings `--set` takes (see
+`seed_agents.agents.vtrace.presets` for why strings)."""
+
+from __future__ import annotations
+
+ACME_BASELINE: tuple[str, ...] = (
+    "epsilon_mean=0.01",
+    "learning_rate=3e-4",
+    "n_step=4",
+    "init_scale=0.5",
+)
+"""The values of Acme's newer continuous-control baseline (JAX:
+examples/baselines/rl_continuous/run_mpo.py) where they differ from its TF agent's, this
+agent's defaults: the mean's KL bound 0.01 (TF: 2.5e-3), Adam at 3e-4 for the policy and
+the critic (TF: 1e-4), 4-step returns (TF: 5), the policy's standard deviation starting at
+0.5 (TF's control example: 0.7). The baseline's other differences stay this agent's: its
+three-layer networks, and samples_per_insert 64 (one update per 4 env steps at batch 256;
+here one per env step, as the other continuous agents)."""
+
+MPO_PRESETS: dict[str, tuple[str, ...]] = {"acme_baseline": ACME_BASELINE}
+"""The presets by the name `--preset` takes."""
