@@ -2,7 +2,7 @@
 
     python benchmarks/learn_atari5.py --parent runs/atari5 --seed 1 [--frames 10000000]
                                       [--minutes 170] [--games BattleZone,Qbert]
-                                      [--preset atari_ppo] [--set KEY=VALUE ...]
+                                      [--preset atari_ppo_large] [--set KEY=VALUE ...]
                                       [--protocol ale_v5] [--report]
 
 Trains each of the five games (`seed_agents.envs.atari_scores.ATARI5_GAMES`) in turn with one
@@ -24,7 +24,8 @@ human-normalized
 score (HNS = 100 (score - random) / (human - random)), and, last, one JSON line: `value` is
 the Atari-5 estimate of the median HNS over 57 games,
 10 ** (sum_i w_i log10(1 + max(HNS_i, 0))) - 1, in %, once all five games are at their
-budget (null before, with `complete: false`); `baseline` is the random policy's estimate
+budget (null before, with `complete: false`), with the settings the games ran under
+(`settings`, `one_preset`: false where they differ); `baseline` is the random policy's estimate
 (0 by construction) and `ratio` the estimate over IQN's 68.2% at 10M frames (the best
 published at that budget; Rainbow's is 43.1%, both from Dopamine's per-game data).
 """
@@ -87,6 +88,24 @@ def prior_wall_s(logdir: str) -> float:
     return wall
 
 
+def _effective_config(preset: str | None, overrides: list[str]) -> str | None:
+    """The V-trace config `preset` and `overrides` build, as sorted JSON; None where the
+    preset is unknown (a record from another version) or the overrides do not build."""
+    import dataclasses
+
+    from seed_agents.agents.vtrace.config import VTraceConfig
+    from seed_agents.agents.vtrace.presets import VTRACE_PRESETS
+    from seed_agents.utils.overrides import parse_overrides
+
+    if preset not in VTRACE_PRESETS:
+        return None
+    try:
+        config = parse_overrides(VTraceConfig, [*VTRACE_PRESETS[preset], *overrides])
+    except ValueError:
+        return None
+    return json.dumps(dataclasses.asdict(config), sort_keys=True, default=str)
+
+
 def estimate_record(results: dict[str, dict], frame_budget: int, protocol: str,
                     seed: int) -> dict:
     """The last JSON line: the Atari-5 estimate from the games at their budget."""
@@ -95,6 +114,14 @@ def estimate_record(results: dict[str, dict], frame_budget: int, protocol: str,
     complete = all(game in done for game in ATARI5_GAMES)
     scores = {game: float(r["value"]) for game, r in done.items()}
     value = round(atari5_estimate(scores), 2) if complete else None
+    # The estimate stands for one preset only if every game ran the same config: a parent
+    # whose games ran under different settings says so rather than mixing them. Configs are
+    # compared, not names, so `--preset atari_ppo --set ...` equal to a named preset counts
+    # as that preset.
+    settings = sorted({json.dumps([r.get("preset"), list(r.get("overrides") or [])])
+                       for r in done.values()})
+    configs = {_effective_config(r.get("preset"), r.get("overrides") or [])
+               for r in done.values()}
     anchors = {name: round(atari5_estimate(per_game), 1)
                for name, per_game in ATARI5_ANCHORS_10M.items()}
     return {
@@ -116,6 +143,8 @@ def estimate_record(results: dict[str, dict], frame_budget: int, protocol: str,
         "frame_budget": frame_budget,
         "protocol": protocol,
         "seed": seed,
+        "settings": [json.loads(each) for each in settings],
+        "one_preset": len(configs) <= 1 and None not in configs,
         "anchors_10m": anchors,
         "baseline": 0.0,
         "baseline_kind": "a uniformly random policy (HNS 0 on every game)",
@@ -148,7 +177,8 @@ def run(argv: list[str]) -> None:
     parser.add_argument("--games", default=",".join(ATARI5_GAMES),
                         help="which of the five to train in this piece (all are reported)")
     parser.add_argument("--protocol", choices=sorted(ATARI_PROTOCOLS), default="ale_v5")
-    parser.add_argument("--preset", default="atari_ppo", choices=sorted(presets.VTRACE_PRESETS))
+    parser.add_argument("--preset", default="atari_ppo_large",
+                        choices=sorted(presets.VTRACE_PRESETS))
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="V-trace config overrides after the preset")
     parser.add_argument("--report", action="store_true",

@@ -101,6 +101,28 @@ def test_the_benchmark_estimates_only_when_all_five_games_are_at_their_budget(be
     assert set(partial["games"]) == set(ATARI5_GAMES)
 
 
+def test_the_estimate_says_whether_the_five_ran_one_preset(bench):
+    one = {"preset": "atari_ppo_large", "overrides": []}
+    results = {game: {"value": score, "frames": 10_000_000, "at_budget": True, **one}
+               for game, score in ATARI5_ANCHORS_10M["IQN"].items()}
+    record = bench.estimate_record(results, 10_000_000, "ale_v5", seed=1)
+    assert record["one_preset"] is True
+    assert record["settings"] == [["atari_ppo_large", []]]
+    # One game run with an override: the estimate is still printed, marked as mixed.
+    results["BattleZone"] = {**results["BattleZone"], "overrides": ["batch_size=32"]}
+    mixed = bench.estimate_record(results, 10_000_000, "ale_v5", seed=1)
+    assert mixed["one_preset"] is False and mixed["value"] is not None
+    assert ["atari_ppo_large", ["batch_size=32"]] in mixed["settings"]
+    # The same config under another name is the same preset.
+    results["BattleZone"] = {**results["BattleZone"], "preset": "atari_ppo", "overrides": [
+        "batch_size=240", "queue_size=480", "num_minibatches=8"]}
+    renamed = bench.estimate_record(results, 10_000_000, "ale_v5", seed=1)
+    assert renamed["one_preset"] is True and len(renamed["settings"]) == 2
+    # A record that names no known preset cannot show it ran the same one.
+    results["Qbert"] = {**results["Qbert"], "preset": None}
+    assert bench.estimate_record(results, 10_000_000, "ale_v5", seed=1)["one_preset"] is False
+
+
 def test_a_finished_game_is_read_back_and_the_prior_wall_time_counted(bench, tmp_path):
     logdir = bench.game_logdir(str(tmp_path), "Qbert", 2)
     assert logdir.endswith("Qbert/seed-2")

@@ -9,6 +9,7 @@ learner reads them from a `tf.data` dataset, so two learners can see the very sa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 
@@ -565,13 +566,20 @@ def test_each_vtrace_preset_states_its_gradient_steps_per_sample():
         config = parse_overrides(VTraceConfig, preset)
         counts[name] = (config.gradient_steps_per_learner_step,
                         config.samples_per_learner_step)
-    assert counts == {"atari_ppo": (16, 1024), "atari_cpu": (2, 128), "minatar": (4, 1024)}
+    assert counts == {"atari_ppo": (16, 1024), "atari_ppo_large": (32, 7680),
+                      "atari_cpu": (2, 128), "minatar": (4, 1024)}
     assert "16 gradient steps per 1,024 agent steps" in _preset_docstring(presets, "ATARI_PPO")
+    assert "32 gradient steps per 7,680 agent steps" in _preset_docstring(presets,
+                                                                          "ATARI_PPO_LARGE")
     assert "2 gradient steps per 128 agent steps" in _preset_docstring(presets, "ATARI_CPU")
     assert "4 per 1,024 agent steps" in _preset_docstring(presets, "MINATAR")
     config = parse_overrides(VTraceConfig, presets.ATARI_PPO)
     # Minibatches are whole unrolls: 8 of the 32 per gradient step.
     assert config.batch_size // config.num_minibatches == 8
+    large = parse_overrides(VTraceConfig, presets.ATARI_PPO_LARGE)
+    # The large preset is atari_ppo but for the batch: 30 whole unrolls per gradient step.
+    assert large.batch_size // large.num_minibatches == 30
+    assert dataclasses.replace(large, batch_size=32, queue_size=96, num_minibatches=4) == config
 
 
 def _preset_docstring(module, name: str) -> str:

@@ -246,7 +246,9 @@ def build_parser(extra_configs: dict[str, type] | None = None) -> argparse.Argum
                        help="named agent settings applied before any --set: "
                             "vtrace: atari_cpu (Atari on a few CPU cores, as "
                             "examples/atari_pong.py trains), atari_ppo (CleanRL PPO's "
-                            "Atari settings, rl_games' adaptive learning rate), minatar "
+                            "Atari settings, rl_games' adaptive learning rate), "
+                            "atari_ppo_large (the same with Cleanba's 7,680 samples an "
+                            "update, for rare rewards: learn_atari5.py's), minatar "
                             "(MinAtar's minatar:<game> ids); r2d2: minatar, atari; td3: "
                             "td3_bc (TD3+BC for --dataset)")
     train.add_argument("--set", dest="overrides", action="append", default=[],

@@ -125,6 +125,33 @@ seed's curve.
 """
 
 
+ATARI_PPO_LARGE: tuple[str, ...] = (
+    *ATARI_PPO,
+    "batch_size=240",
+    "queue_size=480",
+    "num_minibatches=8",
+)
+"""`ATARI_PPO` with Cleanba's samples per update, for games whose rewards are rare: the
+preset `benchmarks/learn_atari5.py` runs the five games with.
+
+Each learner step sees 240 unrolls of 32 steps (7,680 samples, Cleanba's PPO's update) and
+takes 4 epochs x 8 minibatches of 30 unrolls (960 samples) = **32 gradient steps per 7,680
+agent steps** (one per 240; `ATARI_PPO` takes one per 64, each on 256 samples). The same
+gradient work per sample; each step averages 3.75 times more samples, and the queue of 480
+unrolls keeps the policy lag under a learner step. Everything else is `ATARI_PPO`'s.
+
+Why: with `ATARI_PPO`'s minibatches of 256 samples BattleZone (`ale_v5`, seed 1, diagnosed
+there) kept a near-uniform policy and a random policy's score to 4M frames, every run. With
+240 unrolls a step it learned: 17,770 at 10M frames with 4 minibatches of 1,920 samples,
+15,720 with 8 of 960 as here (Rainbow's 20,209; one seed each), and under this preset
+NameThisGame 5,684.3 and DoubleDunk -14.72 (Rainbow 8,604 and -18.9). The number of
+minibatches was chosen on sticky Pong (seed 6, outside Atari-5): 4 minibatches cost Pong
+pace (-18.8 at 4.59M frames, where `ATARI_PPO` had -15.58 at 3.87M), 8 cost less (-15.55 at
+4.46M). On an AMX CPU the learner has time to spare with these batches (busy ~0.6-0.7 of a
+2-core run), so the runners set the pace (~5,100-5,300 frames/s there). See docs/atari.md
+(Atari-5).
+"""
+
 MINATAR: tuple[str, ...] = (
     "torso=minatar",
     "hidden_sizes=128,",
@@ -167,6 +194,7 @@ for the figures and what else was tried.
 VTRACE_PRESETS: dict[str, tuple[str, ...]] = {
     "atari_cpu": ATARI_CPU,
     "atari_ppo": ATARI_PPO,
+    "atari_ppo_large": ATARI_PPO_LARGE,
     "minatar": MINATAR,
 }
 """The presets by the name `--preset` takes."""
