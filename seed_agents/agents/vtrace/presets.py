@@ -125,12 +125,18 @@ seed's curve.
 """
 
 
-ATARI_PPO_LARGE: tuple[str, ...] = (
-    *ATARI_PPO,
-    "batch_size=240",
-    "queue_size=480",
-    "num_minibatches=8",
-)
+def _replaced(preset: tuple[str, ...], *changes: str) -> tuple[str, ...]:
+    """`preset` with the fields of `changes` set to their values, in place: a preset sets
+    each field once, so that it reads as the config it builds."""
+    new = {item.split("=", 1)[0]: item for item in changes}
+    unknown = set(new) - {item.split("=", 1)[0] for item in preset}
+    if unknown:
+        raise ValueError(f"the preset sets no {sorted(unknown)} to replace")
+    return tuple(new.get(item.split("=", 1)[0], item) for item in preset)
+
+
+ATARI_PPO_LARGE: tuple[str, ...] = _replaced(
+    ATARI_PPO, "batch_size=240", "queue_size=480", "num_minibatches=8")
 """`ATARI_PPO` with Cleanba's samples per update, for games whose rewards are rare: the
 preset `benchmarks/learn_atari5.py` runs the five games with.
 
