@@ -277,7 +277,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    # Leave without the interpreter's finalization: it stops gRPC's daemon threads wherever
+    # they are, one may hold a call's lock, and a call collected after that blocks forever
+    # in its `__del__` (a rejected runner once hung at exit so in CI). Everything the runner
+    # writes is closed by now; the two streams are flushed here.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
 
 
 def run_runner_until_signalled(**kwargs) -> None:
