@@ -285,15 +285,3 @@ if __name__ == "__main__":
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exit_code)
-
-
-def run_runner_until_signalled(**kwargs) -> None:
-    """`run_runner` for a `multiprocessing` child: SIGTERM/SIGINT stop it cleanly.
-
-    The parent stops the child with `Process.terminate()`; the round trip in flight
-    finishes and the stream closes, so the server frees the runner's slots at once.
-    """
-    stop_event = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop_event.set())
-    run_runner(stop_event=stop_event, **kwargs)
