@@ -31,7 +31,8 @@ class MPOBuilder(TransitionAgentBuilder):
             init_log_temperature=c.init_log_temperature,
             init_log_alpha_mean=c.init_log_alpha_mean,
             init_log_alpha_stddev=c.init_log_alpha_stddev,
-            per_dim_constraining=c.per_dim_constraining)
+            per_dim_constraining=c.per_dim_constraining, critic_type=c.critic_type,
+            num_atoms=c.num_atoms, v_min=c.v_min, v_max=c.v_max)
 
     def make_policy(self, networks: MPONetworks, env_spec: EnvironmentSpec,
                     evaluation: bool = False, seed: int | None = None,

@@ -228,6 +228,8 @@ def test_every_preset_builds_its_agents_config():
             built[(agent, name)] = config
     assert built[("mpo", "acme_baseline")].epsilon_mean == 0.01
     assert built[("mpo", "acme_baseline")].n_step == 4
+    assert built[("mpo", "dmpo")].critic_type == "categorical"
+    assert built[("mpo", "dmpo")].epsilon_mean == 0.01
 
 
 def test_train_help_lists_a_plugins_config_fields(plugin, capsys):

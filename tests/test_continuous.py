@@ -22,12 +22,13 @@ from launch.commands import cli
 from launch.experiment import Experiment
 from seed_agents.agents.d4pg.config import D4PGConfig
 from seed_agents.agents.d4pg.learning import D4PGLearner
-from seed_agents.agents.d4pg.networks import D4PGNetworks, categorical_projection
+from seed_agents.agents.d4pg.networks import D4PGNetworks
 from seed_agents.agents.sac.config import SACConfig
 from seed_agents.agents.sac.learning import SACLearner
 from seed_agents.agents.sac.networks import SACNetworks, tanh_log_det_jacobian
 from seed_agents.envs import make_environment
 from seed_agents.envs.action_scaling import CanonicalActions
+from seed_agents.losses.distributional import categorical_projection
 from seed_agents.specs import EnvironmentSpec, check_action_spec, make_environment_spec
 from tests.bandits import bandit_dataset
 

@@ -1,6 +1,7 @@
 """MPO and the kit pieces it is built from: the Gaussian actor, the E-step's temperature
-dual and weights, the closed-form Gaussian KL, the decoupled M-step, periodic target
-copies, clipped Gaussian acting, and a whole in-process run."""
+dual and weights, the closed-form Gaussian KL, the decoupled M-step, the categorical critic
+of distributional MPO, periodic target copies, clipped Gaussian acting, and a whole
+in-process run."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from seed_agents.agents.mpo.config import MPOConfig
 from seed_agents.agents.mpo.learning import MPOLearner
 from seed_agents.agents.mpo.networks import MPONetworks
 from seed_agents.envs import environment_factory
+from seed_agents.losses.distributional import categorical_cross_entropy, mixture_of_samples
 from seed_agents.losses.mpo import gaussian_kl, mpo_policy_loss, mpo_temperature_and_weights
+from seed_agents.networks.actor_critic import CategoricalCritic, make_variables
 from seed_agents.networks.gaussian import GaussianActor
 from seed_agents.specs import make_environment_spec
 from tests.bandits import bandit_dataset
@@ -46,7 +49,9 @@ def _networks(config: MPOConfig, observation_shape, action_size: int) -> MPONetw
                        init_log_temperature=config.init_log_temperature,
                        init_log_alpha_mean=config.init_log_alpha_mean,
                        init_log_alpha_stddev=config.init_log_alpha_stddev,
-                       per_dim_constraining=config.per_dim_constraining)
+                       per_dim_constraining=config.per_dim_constraining,
+                       critic_type=config.critic_type, num_atoms=config.num_atoms,
+                       v_min=config.v_min, v_max=config.v_max)
 
 
 # --- the kit's pieces, with numbers worked by hand -----------------------------------------
@@ -198,6 +203,28 @@ def test_the_multipliers_shape_must_match_per_dim_constraining():
     assert np.isfinite(loss.numpy()) and metrics["alpha_mean"].shape == ()
 
 
+def test_a_categorical_critic_gives_logits_over_its_support_and_their_expected_value():
+    critic = CategoricalCritic((8,), num_atoms=5, v_min=-2.0, v_max=2.0, name="z")
+    make_variables(None, critic, (3,), 2)
+    np.testing.assert_allclose(critic.support.numpy(), [-2, -1, 0, 1, 2])
+    logits = critic(tf.ones([4, 3]), tf.zeros([4, 2]))
+    assert logits.shape == (4, 5) and len(critic.weights) == 4
+    # Mass 0.75 on 1 and 0.25 on -2: E[Z] = 0.75 - 0.5.
+    peaked = tf.math.log(tf.constant([[0.25, 1e-9, 1e-9, 0.75, 1e-9]]))
+    np.testing.assert_allclose(critic.q_value(peaked).numpy(), [0.25], atol=1e-6)
+    # Two samples' distributions, point masses on -1 and on 2: the mixture halves each.
+    two = tf.math.log(tf.constant([[[1e-9, 1.0, 1e-9, 1e-9, 1e-9]],
+                                   [[1e-9, 1e-9, 1e-9, 1e-9, 1.0]]]))  # [N=2, B=1, K=5]
+    np.testing.assert_allclose(mixture_of_samples(two).numpy(), [[0, 0.5, 0, 0, 0.5]],
+                               atol=1e-6)
+    # The cross-entropy to a target is smallest at the target itself.
+    target = tf.constant([[0.0, 0.5, 0.0, 0.0, 0.5]])
+    assert (categorical_cross_entropy(target, tf.math.log(target + 1e-9))
+            < categorical_cross_entropy(target, tf.zeros([1, 5])))
+    with pytest.raises(ValueError, match="v_min < v_max"):
+        CategoricalCritic((8,), num_atoms=5, v_min=1.0, v_max=1.0)
+
+
 def test_config_checks_and_learning_rate_fallbacks():
     config = MPOConfig()
     assert config.policy_step == config.critic_step == 1e-4 and config.n_step == 5
@@ -205,7 +232,10 @@ def test_config_checks_and_learning_rate_fallbacks():
     for bad, match in [({"num_samples": 1}, "num_samples"), ({"epsilon_mean": 0.0},
                        "epsilon_mean"), ({"target_update_period": 0}, "target_update_period"),
                        ({"policy_learning_rate": -1.0}, "policy_learning_rate"),
-                       ({"init_log_alpha_stddev": float("inf")}, "init_log_alpha_stddev")]:
+                       ({"init_log_alpha_stddev": float("inf")}, "init_log_alpha_stddev"),
+                       ({"critic_type": "gaussian"}, "critic_type must be one of "
+                        "nondistributional, categorical"), ({"num_atoms": 1}, "num_atoms"),
+                       ({"v_min": 5.0, "v_max": 5.0}, "v_min")]:
         with pytest.raises(ValueError, match=match):
             MPOConfig(**bad)
 
@@ -214,11 +244,14 @@ def test_config_checks_and_learning_rate_fallbacks():
 
 
 
-def test_targets_are_copied_only_on_multiples_of_the_target_update_period():
+@pytest.mark.parametrize("critic_type", ["nondistributional", "categorical"])
+def test_targets_are_copied_only_on_multiples_of_the_target_update_period(critic_type):
     tf.random.set_seed(0)
     config = dataclasses.replace(SMALL_MPO, actor_hidden_sizes=(16,),
-                                 critic_hidden_sizes=(16,), target_update_period=3)
+                                 critic_hidden_sizes=(16,), target_update_period=3,
+                                 critic_type=critic_type)
     networks = _networks(config, (2,), 2)
+    assert networks.distributional == (critic_type == "categorical")
     learner = MPOLearner(networks, bandit_dataset(16), config, seed=0)
     pairs = [(networks.target_policy, networks.policy),
              (networks.target_critic, networks.critic)]
@@ -244,15 +277,18 @@ def test_targets_are_copied_only_on_multiples_of_the_target_update_period():
     assert {"critic_optimizer", "policy_optimizer", "dual_optimizer", "rng"} <= set(objects)
 
 
-def test_mpo_learner_finds_the_best_action_of_a_bandit():
+@pytest.mark.parametrize("critic_type", ["nondistributional", "categorical"])
+def test_mpo_learner_finds_the_best_action_of_a_bandit(critic_type):
     # Acme's bounds and duals are tuned for a million steps; here, for a few hundred: a
     # target copy every 20 steps, multipliers starting near 1 (log 0) but the std's (log
-    # 10), a wider bound on the mean, and Adam at 3e-3 (as the SAC and TD3 bandits).
+    # 10), a wider bound on the mean, and Adam at 3e-3 (as the SAC and TD3 bandits). The
+    # categorical critic's support covers the bandit's rewards, -8 to 0.
     tf.random.set_seed(0)  # the networks' initial weights
     config = dataclasses.replace(
         SMALL_MPO, batch_size=64, num_samples=20, learning_rate=3e-3,
         target_update_period=20, epsilon_mean=0.01, epsilon_stddev=1e-4,
-        init_log_temperature=1.0, init_log_alpha_mean=0.0, init_log_alpha_stddev=10.0)
+        init_log_temperature=1.0, init_log_alpha_mean=0.0, init_log_alpha_stddev=10.0,
+        critic_type=critic_type, v_min=-9.0, v_max=1.0)
     networks = _networks(config, (2,), 2)
     learner = MPOLearner(networks, bandit_dataset(), config, seed=0)
     for _ in range(600):
@@ -292,8 +328,13 @@ def test_the_policy_evaluates_with_the_clipped_mean_and_trains_around_it():
 # --- a whole run ----------------------------------------------------------------------------
 
 
-def test_mpo_trains_in_process_with_an_evaluation_environment():
-    experiment = Experiment(MPOBuilder(SMALL_MPO), "gym:Pendulum-v1", num_runners=1,
+@pytest.mark.parametrize("critic_type", ["nondistributional", "categorical"])
+def test_mpo_trains_in_process_with_an_evaluation_environment(critic_type):
+    config = dataclasses.replace(SMALL_MPO, critic_type=critic_type)
+    assert MPOBuilder(config).make_networks(
+        make_environment_spec(environment_factory("gym:Pendulum-v1")(0))
+    ).distributional == (critic_type == "categorical")
+    experiment = Experiment(MPOBuilder(config), "gym:Pendulum-v1", num_runners=1,
                             envs_per_runner=3, max_env_steps=600)
     result = run_inprocess(experiment)
     assert "budget" in result.stop_reason

@@ -8,7 +8,9 @@ corrected targets and advantages), `policy_gradient_loss`, `clipped_surrogate_lo
 Deterministic-policy actor-critics (TD3): `smoothed_target_action`,
 `clipped_double_q_target`, `critic_regression`, `dpg_loss`, and `td3_bc_actor_loss` for
 offline data. MPO: `mpo_temperature_and_weights` (the E-step), `gaussian_kl` and
-`mpo_policy_loss` (the decoupled M-step with its multipliers). From a fixed dataset:
+`mpo_policy_loss` (the decoupled M-step with its multipliers). Categorical critics (D4PG,
+distributional MPO): `categorical_projection`, `mixture_of_samples`, `expected_value`,
+`categorical_cross_entropy`. From a fixed dataset:
 `gaussian_log_likelihood` (behaviour cloning), `expectile_loss` and `advantage_weights`
 (implicit Q-learning).
 """
@@ -19,6 +21,12 @@ from seed_agents.losses.deterministic import (
     dpg_loss,
     smoothed_target_action,
     td3_bc_actor_loss,
+)
+from seed_agents.losses.distributional import (
+    categorical_cross_entropy,
+    categorical_projection,
+    expected_value,
+    mixture_of_samples,
 )
 from seed_agents.losses.mpo import gaussian_kl, mpo_policy_loss, mpo_temperature_and_weights
 from seed_agents.losses.offline import (
@@ -46,11 +54,12 @@ from seed_agents.losses.q_learning import (
 from seed_agents.losses.vtrace import VTraceReturns, vtrace_returns
 
 __all__ = [
-    "VTraceReturns", "advantage_weights", "baseline_loss", "clipped_double_q_target",
+    "VTraceReturns", "advantage_weights", "baseline_loss", "categorical_cross_entropy",
+    "categorical_projection", "clipped_double_q_target",
     "clipped_surrogate_loss", "critic_regression", "double_q_targets", "dpg_loss",
-    "entropy_loss", "expectile_loss", "explained_variance", "gaussian_kl",
+    "entropy_loss", "expected_value", "expectile_loss", "explained_variance", "gaussian_kl",
     "gaussian_log_likelihood", "huber_td_loss", "inverse_rescale", "kl_divergence",
-    "masked_mean", "mpo_policy_loss", "mpo_temperature_and_weights",
+    "masked_mean", "mixture_of_samples", "mpo_policy_loss", "mpo_temperature_and_weights",
     "n_step_double_q_targets", "normalize", "policy_gradient_loss", "rescale",
     "smoothed_target_action", "td3_bc_actor_loss", "vtrace_returns",
 ]

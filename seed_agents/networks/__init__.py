@@ -3,9 +3,9 @@
 Use a torso by name for observations (`make_torso`: "mlp", "nature_cnn",
 "impala_resnet", "minatar_cnn"; `embed` runs it, `recurrent_unroll` adds an LSTM over
 time), `mlp` for the dense stacks of flat (control) states and critics, `QNetwork` for
-Q-values over discrete actions, `DeterministicActor` and `Critics` for continuous-action
-actor-critics (`make_variables` before a target copy, `follow` for the copy itself),
-`GaussianActor` for a diagonal Gaussian policy (MPO, IQL),
+Q-values over discrete actions, `DeterministicActor`, `Critics` and `CategoricalCritic`
+for continuous-action actor-critics (`make_variables` before a target copy, `follow` for
+the copy itself), `GaussianActor` for a diagonal Gaussian policy (MPO, IQL),
 `ObservationNormalizer` when vector observations need running standardization, and
 `update_target` for every target network (a copy on a period, or Polyak averaging each
 step). An agent's own network is a `tf.Module` built
@@ -13,6 +13,7 @@ from these in its package (`seed_agents/agents/<agent>/networks.py`).
 """
 
 from seed_agents.networks.actor_critic import (
+    CategoricalCritic,
     Critics,
     DeterministicActor,
     follow,
@@ -35,7 +36,7 @@ from seed_agents.networks.torsos import (
 )
 
 __all__ = [
-    "PRECISIONS", "TORSOS", "Critics", "DeterministicActor", "GaussianActor",
+    "PRECISIONS", "TORSOS", "CategoricalCritic", "Critics", "DeterministicActor", "GaussianActor",
     "ObservationNormalizer",
     "QNetwork", "check_torso", "check_torso_observation", "critic_input", "embed",
     "flatten_observation", "follow", "make_torso", "make_variables", "mlp",

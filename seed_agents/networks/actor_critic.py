@@ -1,8 +1,9 @@
 """Actors and critics of continuous-action agents, and the target copies they learn from.
 
 What TD3 (and a user's own deterministic-policy agent) composes: a tanh actor, a set of
-critics Q_i(s, a), each with a target copy that starts equal and follows by Polyak
-averaging (`seed_agents.networks.target_updates`). Keras layers make their variables on
+critics Q_i(s, a) (or one `CategoricalCritic` of returns, as distributional MPO), each
+with a target copy that starts equal and follows by Polyak averaging
+(`seed_agents.networks.target_updates`). Keras layers make their variables on
 the first call, and a target copy must copy variables that exist: `make_variables` calls
 a module once on zeros, which the networks' constructor does before the first copy (and
 before the learner's and the policy's `tf.function`s, traced on other threads, could make
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from seed_agents.losses.distributional import expected_value
 from seed_agents.networks.mlp import critic_input, flatten_observation, mlp, run
 from seed_agents.networks.target_updates import update_target
 
@@ -60,7 +62,37 @@ class Critics(tf.Module):
         return [v for head in self.heads for layer in head for v in layer.trainable_variables]
 
 
-def make_variables(actor: DeterministicActor | None, critics: Critics | None,
+class CategoricalCritic(tf.Module):
+    """One distributional critic Z(o, a): ReLU layers and `num_atoms` logits over `support`,
+    `num_atoms` returns evenly spaced on [v_min, v_max] (D4PG's and DMPO's 51 on [-150,
+    150]); the call returns the logits [B, num_atoms]. Train it with
+    `seed_agents.losses.distributional` (projection, cross-entropy); `q_value` is E[Z]."""
+
+    def __init__(self, hidden_sizes: Sequence[int], num_atoms: int = 51,
+                 v_min: float = -150.0, v_max: float = 150.0, name: str = "critic"):
+        super().__init__(name=name)
+        if num_atoms < 2 or not v_min < v_max:
+            raise ValueError(f"need num_atoms >= 2 and v_min < v_max, got {num_atoms} atoms "
+                             f"on [{v_min}, {v_max}].")
+        self.support = tf.linspace(float(v_min), float(v_max), num_atoms)
+        with self.name_scope:
+            self.layers = [*mlp(hidden_sizes, name),
+                           tf.keras.layers.Dense(num_atoms, name=f"{name}_out")]
+
+    def __call__(self, observation: tf.Tensor, action: tf.Tensor) -> tf.Tensor:
+        return run(self.layers, critic_input(observation, action))
+
+    def q_value(self, logits: tf.Tensor) -> tf.Tensor:
+        """E[Z] of the call's logits, [...]."""
+        return expected_value(logits, self.support)
+
+    @property
+    def weights(self) -> list[tf.Variable]:
+        return [v for layer in self.layers for v in layer.trainable_variables]
+
+
+def make_variables(actor: DeterministicActor | None,
+                   critics: Critics | CategoricalCritic | None,
                    observation_shape: Sequence[int], action_size: int) -> None:
     """Calls the modules once on a batch of zeros, so that their variables exist."""
     observation = tf.zeros([1, *observation_shape])

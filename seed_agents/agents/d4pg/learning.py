@@ -7,10 +7,11 @@ from typing import Any
 import tensorflow as tf
 
 from seed_agents.agents.d4pg.config import D4PGConfig
-from seed_agents.agents.d4pg.networks import D4PGNetworks, categorical_projection
+from seed_agents.agents.d4pg.networks import D4PGNetworks
 from seed_agents.learning.gradients import minimize
 from seed_agents.learning.optimizers import built
 from seed_agents.learning.transitions import TransitionLearner
+from seed_agents.losses.distributional import categorical_cross_entropy, categorical_projection
 from seed_agents.networks.target_updates import update_target
 from seed_agents.replay import transitions as tr
 from seed_agents.replay.stats import SamplesPerInsert
@@ -60,12 +61,11 @@ class D4PGLearner(TransitionLearner):
 
         next_logits = nets.critic_logits(
             next_observation, nets.policy(next_observation, target=True), target=True)
-        target = tf.stop_gradient(categorical_projection(
-            tf.nn.softmax(next_logits), reward, discount, nets.support))
+        target = categorical_projection(tf.nn.softmax(next_logits), reward, discount,
+                                        nets.support)
         with tf.GradientTape() as tape:
             logits = nets.critic_logits(observation, action)
-            critic_loss = tf.reduce_mean(
-                tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=logits))
+            critic_loss = categorical_cross_entropy(target, logits)
         critic_norm = minimize(tape, critic_loss, nets.critic_variables,
                                self._critic_optimizer, c.max_gradient_norm)
 

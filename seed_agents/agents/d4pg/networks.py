@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from seed_agents.losses.distributional import expected_value
 from seed_agents.networks.mlp import (
     critic_input,
     flatten_observation,
@@ -14,27 +15,6 @@ from seed_agents.networks.mlp import (
     run,
 )
 from seed_agents.networks.target_updates import update_target
-
-
-def categorical_projection(probabilities: tf.Tensor, reward: tf.Tensor, discount: tf.Tensor,
-                           support: tf.Tensor) -> tf.Tensor:
-    """Projects the distribution `reward + discount * Z` back onto `support`.
-
-    `probabilities` [B, N] are Z's masses on `support` [N] (evenly spaced); `reward` and
-    `discount` are [B]. Each shifted atom's mass is split between the two support points
-    around it, in proportion to closeness (C51's projection), after clipping into
-    [support[0], support[-1]]. Written as a triangle kernel, max(0, 1 - |b_j - i|), which
-    gives every atom's share of every point in one [B, N, N] product: no scatter, and an
-    atom landing exactly on a point gives it all its mass.
-    """
-    v_min, v_max = support[0], support[-1]
-    spacing = (v_max - v_min) / tf.cast(tf.shape(support)[0] - 1, support.dtype)
-    shifted = tf.clip_by_value(reward[:, None] + discount[:, None] * support[None, :],
-                               v_min, v_max)
-    position = (shifted - v_min) / spacing  # [B, N]: fractional index of each atom
-    points = tf.range(tf.shape(support)[0], dtype=support.dtype)
-    share = tf.maximum(0.0, 1.0 - tf.abs(position[:, :, None] - points[None, None, :]))
-    return tf.einsum("bj,bji->bi", probabilities, share)
 
 
 class D4PGNetworks(tf.Module):
@@ -99,4 +79,4 @@ class D4PGNetworks(tf.Module):
 
     def q_value(self, logits: tf.Tensor) -> tf.Tensor:
         """E[Z] of critic logits, [B]."""
-        return tf.reduce_sum(tf.nn.softmax(logits) * self.support, axis=-1)
+        return expected_value(logits, self.support)

@@ -7,6 +7,9 @@ import math
 
 from seed_agents.configs.transitions import ActorCriticConfig, check_positive
 
+CRITIC_TYPES = ("nondistributional", "categorical")
+"""What `MPOConfig.critic_type` takes (Acme's `CriticType` names, lower case)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class MPOConfig(ActorCriticConfig):
@@ -65,6 +68,14 @@ class MPOConfig(ActorCriticConfig):
         critic together); the targets follow after steps 0, period, 2 period, ...
       init_scale, min_scale: the Gaussian policy's initial and smallest standard
         deviation (`seed_agents.networks.gaussian.GaussianActor`).
+      critic_type: "nondistributional" (a value regressed on the mean over the sampled
+        next actions, Acme's TF MPO) or "categorical" (DMPO, Acme's TF `dmpo` agent and
+        its JAX `CriticType.CATEGORICAL`: logits over `num_atoms` returns evenly spaced on
+        [v_min, v_max], trained by cross-entropy on the projection of R + D Z', Z' the
+        mixture of the target critic's distributions at the sampled next actions; the
+        E-step weighs by their expected values).
+      num_atoms, v_min, v_max: the categorical critic's support (Acme's DMPO: 51 on
+        [-150, 150], as D4PG's); unused by the nondistributional critic.
     """
 
     n_step: int = 5
@@ -85,6 +96,10 @@ class MPOConfig(ActorCriticConfig):
     target_update_period: int = 100
     init_scale: float = 0.7
     min_scale: float = 1e-6
+    critic_type: str = "nondistributional"
+    num_atoms: int = 51
+    v_min: float = -150.0
+    v_max: float = 150.0
 
     def __post_init__(self):
         super().__post_init__()
@@ -102,6 +117,13 @@ class MPOConfig(ActorCriticConfig):
         if self.target_update_period < 1:
             raise ValueError(f"target_update_period must be >= 1, "
                              f"got {self.target_update_period}.")
+        if self.critic_type not in CRITIC_TYPES:
+            raise ValueError(f"critic_type must be one of {', '.join(CRITIC_TYPES)}, "
+                             f"got {self.critic_type!r}.")
+        if self.num_atoms < 2:
+            raise ValueError(f"num_atoms must be >= 2, got {self.num_atoms}.")
+        if not self.v_min < self.v_max:
+            raise ValueError(f"v_min ({self.v_min}) must be below v_max ({self.v_max}).")
         if self.min_scale < 0:
             raise ValueError(f"min_scale must be >= 0, got {self.min_scale}.")
 

@@ -13,8 +13,14 @@ from seed_agents.learning.gradients import minimize
 from seed_agents.learning.optimizers import built
 from seed_agents.learning.transitions import TransitionLearner
 from seed_agents.losses.deterministic import critic_regression
+from seed_agents.losses.distributional import (
+    categorical_cross_entropy,
+    categorical_projection,
+    expected_value,
+    mixture_of_samples,
+)
 from seed_agents.losses.mpo import MIN_LOG_DUAL, mpo_policy_loss
-from seed_agents.networks.actor_critic import Critics, follow
+from seed_agents.networks.actor_critic import CategoricalCritic, Critics, follow
 from seed_agents.networks.mlp import flatten_observation
 from seed_agents.policies.inputs import random_generator
 from seed_agents.replay import transitions as tr
@@ -30,7 +36,10 @@ class MPOLearner(TransitionLearner):
     clipped into [-1, 1] first, as Acme's critic clips to the action spec):
       critic:  y = R + D mean_n Q'(o', a'_n), a'_n ~ pi'(o'), n = 1..num_samples;
                loss mean (Q(o, a) - y)^2 (D already holds gamma^n and 0 at
-               termination: see `seed_agents.replay.transitions`);
+               termination: see `seed_agents.replay.transitions`). A categorical
+               critic (DMPO) instead learns by cross-entropy towards R + D Z' projected
+               onto its support, Z' the mixture over n of Z'(o', a'_n), and the E-step
+               below takes Q'(o', a'_n) = E[Z'(o', a'_n)];
       E-step:  at o', on the critic target's own samples a'_n and values Q'(o', a'_n):
                weights softmax_n Q'(o', a'_n) / eta, and eta's dual loss;
       M-step:  the decoupled weighted maximum likelihood of the a'_n, each half held near
@@ -75,15 +84,46 @@ class MPOLearner(TransitionLearner):
         shape = tf.concat([[self._config.num_samples], tf.shape(mean)], axis=0)
         return mean + stddev * self._rng.normal(shape)
 
-    def _sampled_q(self, critic: Critics, observation: tf.Tensor,
-                   actions: tf.Tensor) -> tf.Tensor:
-        """Q(o_b, clip(a_nb, -1, 1)) for actions [N, B, d], as [N, B]."""
+    def _sampled_critic(self, critic: Critics | CategoricalCritic, observation: tf.Tensor,
+                        actions: tf.Tensor) -> tf.Tensor:
+        """The critic at (o_b, clip(a_nb, -1, 1)) for actions [N, B, d]: Q as [N, B], or a
+        categorical critic's logits as [N, B, num_atoms]."""
         n = self._config.num_samples
         tiled = tf.tile(flatten_observation(observation), [n, 1])  # [N B, F], sample-major
         flat = tf.reshape(tf.clip_by_value(actions, -1.0, 1.0),
                           [-1, self._networks.action_size])
-        (q,) = critic(tiled, flat)
-        return tf.reshape(q, [n, -1])
+        out = critic(tiled, flat)
+        if self._networks.distributional:
+            return tf.reshape(out, [n, -1, tf.shape(out)[-1]])
+        return tf.reshape(out[0], [n, -1])
+
+    def _critic_step(self, observation: tf.Tensor, action: tf.Tensor, reward: tf.Tensor,
+                     discount: tf.Tensor, next_observation: tf.Tensor,
+                     actions: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """One critic update towards the target at the sampled next actions [N, B, d].
+
+        Returns (loss, the online critic's Q(o, a) [B], the target critic's values
+        Q'(o', a'_n) [N, B] that the E-step weighs, the gradient's norm)."""
+        nets = self._networks
+        sampled = self._sampled_critic(nets.target_critic, next_observation, actions)
+        if nets.distributional:
+            support = nets.critic.support
+            next_q = expected_value(sampled, support)
+            target = categorical_projection(mixture_of_samples(sampled), reward, discount,
+                                            support)
+        else:
+            next_q = sampled
+            target = tf.stop_gradient(reward + discount * tf.reduce_mean(next_q, axis=0))
+        with tf.GradientTape() as tape:
+            if nets.distributional:
+                logits = nets.critic(observation, action)
+                loss, q = categorical_cross_entropy(target, logits), nets.critic.q_value(logits)
+            else:
+                (q,) = nets.critic(observation, action)
+                loss = critic_regression([q], target)
+        norm = minimize(tape, loss, nets.critic.weights, self._critic_optimizer,
+                        self._config.max_gradient_norm)
+        return loss, q, next_q, norm
 
     def _update(self, data: dict[str, Any]) -> dict[str, tf.Tensor]:
         c, nets = self._config, self._networks
@@ -96,13 +136,8 @@ class MPOLearner(TransitionLearner):
         # The E- and M-steps below reuse these samples and values (see the docstring).
         target_mean, target_std = nets.target_policy(next_observation)
         actions = self._sample(target_mean, target_std)
-        next_q = self._sampled_q(nets.target_critic, next_observation, actions)
-        target = tf.stop_gradient(reward + discount * tf.reduce_mean(next_q, axis=0))
-        with tf.GradientTape() as tape:
-            (q,) = nets.critic(observation, action)
-            critic_loss = critic_regression([q], target)
-        critic_norm = minimize(tape, critic_loss, nets.critic.weights,
-                               self._critic_optimizer, c.max_gradient_norm)
+        critic_loss, q, next_q, critic_norm = self._critic_step(
+            observation, action, reward, discount, next_observation, actions)
 
         with tf.GradientTape(persistent=True) as tape:
             online_mean, online_std = nets.policy(next_observation)

@@ -6,13 +6,20 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from seed_agents.networks.actor_critic import Critics, follow, make_variables
+from seed_agents.agents.mpo.config import CRITIC_TYPES
+from seed_agents.networks.actor_critic import (
+    CategoricalCritic,
+    Critics,
+    follow,
+    make_variables,
+)
 from seed_agents.networks.gaussian import GaussianActor
 
 
 class MPONetworks(tf.Module):
     """The policy (`GaussianActor`: `policy(obs)` gives its mean and stddev, [B, d]), its
-    target copy, one critic Q(o, a) (`Critics` of one head) and its target copy, and the
+    target copy, one critic and its target copy (`Critics` of one head, Q(o, a) [B]; or
+    with `critic_type="categorical"` a `CategoricalCritic`, logits [B, num_atoms]), and the
     three duals in log space: `log_temperature` [] (the E-step's eta) and
     `log_alpha_mean`, `log_alpha_stddev` (the M-step's multipliers; [d] with
     `per_dim_constraining`, else []).
@@ -39,18 +46,28 @@ class MPONetworks(tf.Module):
         init_log_alpha_mean: float = 10.0,
         init_log_alpha_stddev: float = 1000.0,
         per_dim_constraining: bool = True,
+        critic_type: str = "nondistributional",
+        num_atoms: int = 51,
+        v_min: float = -150.0,
+        v_max: float = 150.0,
         name: str = "mpo",
     ):
         super().__init__(name=name)
         self.action_size = action_size
+        if critic_type not in CRITIC_TYPES:
+            raise ValueError(f"critic_type must be one of {', '.join(CRITIC_TYPES)}, "
+                             f"got {critic_type!r}.")
+        self.distributional = critic_type == "categorical"
         dual_shape = [action_size] if per_dim_constraining else []
         with self.name_scope:
             self.policy = GaussianActor(actor_hidden_sizes, action_size, init_scale,
                                         min_scale, "policy")
             self.target_policy = GaussianActor(actor_hidden_sizes, action_size, init_scale,
                                                min_scale, "target_policy")
-            self.critic = Critics(critic_hidden_sizes, 1, "critic")
-            self.target_critic = Critics(critic_hidden_sizes, 1, "target_critic")
+            self.critic, self.target_critic = (
+                CategoricalCritic(critic_hidden_sizes, num_atoms, v_min, v_max, name)
+                if self.distributional else Critics(critic_hidden_sizes, 1, name)
+                for name in ("critic", "target_critic"))
             self.log_temperature = tf.Variable(float(init_log_temperature), dtype=tf.float32,
                                                name="log_temperature")
             self.log_alpha_mean = tf.Variable(tf.fill(dual_shape, float(init_log_alpha_mean)),
