@@ -235,6 +235,17 @@ def test_d4pg_learner_finds_the_best_action_of_a_bandit():
     np.testing.assert_allclose(best, [0.25, 0.25], atol=0.15)
 
 
+def test_d4pg_config_refuses_a_support_without_two_atoms_on_a_real_interval():
+    # The same check as MPO's categorical critic and `CategoricalCritic` (check_support).
+    for bad in ({"num_atoms": 1}, {"v_min": 1.0, "v_max": 1.0}, {"v_min": 2.0, "v_max": -2.0}):
+        with pytest.raises(ValueError, match="categorical support needs num_atoms >= 2 and "
+                           "v_min < v_max"):
+            D4PGConfig(**bad)
+    with pytest.raises(ValueError, match="sigma must be >= 0"):
+        D4PGConfig(sigma=-0.1)
+    assert D4PGConfig(num_atoms=2, v_min=-1.0, v_max=1.0).num_atoms == 2
+
+
 # --- whole runs -------------------------------------------------------------------------
 
 

@@ -105,6 +105,14 @@ def check_positive(config: object, *names: str) -> None:
             raise ValueError(f"{name} must be > 0, got {getattr(config, name)}.")
 
 
+def check_support(num_atoms: int, v_min: float, v_max: float) -> None:
+    """Raises ValueError unless a categorical critic's support is `num_atoms` >= 2 returns
+    on [v_min, v_max] with v_min < v_max (D4PG's, DMPO's and `CategoricalCritic`'s)."""
+    if num_atoms < 2 or not v_min < v_max:
+        raise ValueError(f"a categorical support needs num_atoms >= 2 and v_min < v_max, "
+                         f"got {num_atoms} atoms on [{v_min}, {v_max}].")
+
+
 def check_sizes(sizes: object, name: str) -> tuple[int, ...]:
     """`sizes` (an int or a sequence) as a tuple of positive layer sizes."""
     sizes = (sizes,) if isinstance(sizes, int) else tuple(sizes)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from seed_agents.configs.transitions import check_support
 from seed_agents.losses.distributional import expected_value
 from seed_agents.networks.mlp import critic_input, flatten_observation, mlp, run
 from seed_agents.networks.target_updates import update_target
@@ -71,9 +72,7 @@ class CategoricalCritic(tf.Module):
     def __init__(self, hidden_sizes: Sequence[int], num_atoms: int = 51,
                  v_min: float = -150.0, v_max: float = 150.0, name: str = "critic"):
         super().__init__(name=name)
-        if num_atoms < 2 or not v_min < v_max:
-            raise ValueError(f"need num_atoms >= 2 and v_min < v_max, got {num_atoms} atoms "
-                             f"on [{v_min}, {v_max}].")
+        check_support(num_atoms, v_min, v_max)
         self.support = tf.linspace(float(v_min), float(v_max), num_atoms)
         with self.name_scope:
             self.layers = [*mlp(hidden_sizes, name),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from seed_agents.configs.transitions import ActorCriticConfig
+from seed_agents.configs.transitions import ActorCriticConfig, check_support
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,9 +43,6 @@ class D4PGConfig(ActorCriticConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.num_atoms < 2:
-            raise ValueError(f"num_atoms must be >= 2, got {self.num_atoms}.")
-        if not self.v_min < self.v_max:
-            raise ValueError(f"v_min ({self.v_min}) must be below v_max ({self.v_max}).")
+        check_support(self.num_atoms, self.v_min, self.v_max)
         if self.sigma < 0:
             raise ValueError(f"sigma must be >= 0, got {self.sigma}.")

@@ -5,7 +5,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from seed_agents.configs.transitions import ActorCriticConfig, check_positive
+from seed_agents.configs.transitions import (
+    ActorCriticConfig,
+    check_positive,
+    check_support,
+)
 
 CRITIC_TYPES = ("nondistributional", "categorical")
 """What `MPOConfig.critic_type` takes (Acme's `CriticType` names, lower case)."""
@@ -120,10 +124,7 @@ class MPOConfig(ActorCriticConfig):
         if self.critic_type not in CRITIC_TYPES:
             raise ValueError(f"critic_type must be one of {', '.join(CRITIC_TYPES)}, "
                              f"got {self.critic_type!r}.")
-        if self.num_atoms < 2:
-            raise ValueError(f"num_atoms must be >= 2, got {self.num_atoms}.")
-        if not self.v_min < self.v_max:
-            raise ValueError(f"v_min ({self.v_min}) must be below v_max ({self.v_max}).")
+        check_support(self.num_atoms, self.v_min, self.v_max)
         if self.min_scale < 0:
             raise ValueError(f"min_scale must be >= 0, got {self.min_scale}.")
 
