@@ -20,9 +20,9 @@ here one per env step, as the other continuous agents)."""
 DMPO: tuple[str, ...] = (*ACME_BASELINE, "critic_type=categorical")
 """`acme_baseline` with Acme's distributional critic (DMPO: 51 atoms on [-150, 150], the
 target the mixture of the target critic's distributions at the sampled next actions; the
-JAX baseline's `CriticType.CATEGORICAL`). On walker-walk at 100K env steps, seed 0: 952.4
-where `acme_baseline` had 575.9 (seed 0) and 660.1 (seed 1), and State SAC 891
-(docs/continuous-control.md). An update costs ~1.5 times the nondistributional one here:
+JAX baseline's `CriticType.CATEGORICAL`). On walker-walk at 100K env steps, seeds 0 / 1 / 2:
+952.4 / 810.1 / 683.0 where `acme_baseline` had 575.9 and 660.1 (seeds 0 and 1), and State
+SAC 891 (docs/continuous-control.md). An update costs ~1.5 times the nondistributional one here:
 the target critic's last layer gives 51 logits at each of num_samples x batch pairs."""
 
 MPO_PRESETS: dict[str, tuple[str, ...]] = {"acme_baseline": ACME_BASELINE, "dmpo": DMPO}
