@@ -14,9 +14,13 @@ from tests.example_runs import check_example, cli
 
 @pytest.mark.parametrize("backend", ["inprocess", "local_mp"])
 def test_the_dqn_example_is_used_from_the_command_line(tmp_path, backend):
-    everything = backend == "local_mp"
-    done = check_example(tmp_path, "dqn.py", backend, everything)
-    assert done[-1] == ("resume" if everything else "eval")
+    # Export and record here; plot and resume on the REINFORCE example's run.
+    after = ("export", "record") if backend == "local_mp" else ()
+    done = check_example(tmp_path, "dqn.py", backend, after)
+    assert done == ["train", "eval", *after]
+    if backend == "local_mp":  # the same refusal for any custom agent: checked once
+        unnamed = cli("eval", "--logdir", str(tmp_path / "run"))  # says how to name it
+        assert unnamed.returncode == 2 and "--agent package.module:Builder" in unnamed.stderr
 
 
 def test_a_last_save_the_stop_cuts_short_is_reported_with_the_newest_checkpoint(tmp_path):

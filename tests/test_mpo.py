@@ -270,8 +270,11 @@ def test_targets_are_copied_only_on_multiples_of_the_target_update_period(critic
     assert learner.num_steps == 7
     assert set(metrics) >= {"critic_loss", "policy_loss", "temperature", "kl_mean",
                             "kl_std", "alpha_mean", "alpha_std", "mean_q",
-                            "critic_gradient_norm", "policy_gradient_norm"}
+                            "critic_gradient_norm", "policy_gradient_norm",
+                            "policy_stddev"}
     assert all(np.isfinite(v) for v in metrics.values())
+    # Seven small steps leave the std near its initial scale (a zero head gives it exactly).
+    assert metrics["policy_stddev"] == pytest.approx(config.init_scale, rel=0.5)
     objects = learner.checkpoint_objects()
     assert objects["step"] is learner.step_variable and objects["networks"] is networks
     assert {"critic_optimizer", "policy_optimizer", "dual_optimizer", "rng"} <= set(objects)

@@ -169,6 +169,9 @@ class MPOLearner(TransitionLearner):
             "mean_q": tf.reduce_mean(q),
             "critic_gradient_norm": critic_norm,
             "policy_gradient_norm": policy_norm,
+            # How much the policy still explores: the M-step's std bound moves this
+            # slowly, so a run whose returns while acting lag its evaluations shows it here.
+            "policy_stddev": tf.reduce_mean(online_std),
             **stats,
         }
 
