@@ -294,7 +294,10 @@ def test_mpo_learner_finds_the_best_action_of_a_bandit(critic_type):
         critic_type=critic_type, v_min=-9.0, v_max=1.0)
     networks = _networks(config, (2,), 2)
     learner = MPOLearner(networks, bandit_dataset(), config, seed=0)
-    for _ in range(600):
+    # 900 steps, not 600: at 600 the categorical critic's mean stood at 0.31-0.34 on six
+    # seeds by hand, still on its way down, and one CI run's order of work left it at
+    # [0.37, 0.40], outside the bound; by 900 all six were within 0.01 of the peak.
+    for _ in range(900):
         metrics = learner.step()
     mean, stddev = (t.numpy()[0] for t in networks.policy(tf.zeros([1, 2])))
     np.testing.assert_allclose(mean, [0.25, 0.25], atol=0.15)

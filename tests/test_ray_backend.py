@@ -139,7 +139,7 @@ def test_the_examples_and_a_users_own_environments_run_on_ray(tmp_path):
     # its own on 127.0.0.2, one after another, before the module's shared Ray starts.
     for script in sorted(EXAMPLES):
         (tmp_path / script).mkdir()
-        assert check_example(tmp_path / script, script, "ray", everything=False) == [
+        assert check_example(tmp_path / script, script, "ray") == [
             "train", "eval"]
     (tmp_path / "own").mkdir()
     check_own_environments(tmp_path / "own", "ray")
