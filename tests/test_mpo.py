@@ -19,7 +19,7 @@ from seed_agents.agents.mpo.config import MPOConfig
 from seed_agents.agents.mpo.learning import MPOLearner
 from seed_agents.agents.mpo.networks import MPONetworks
 from seed_agents.envs import environment_factory
-from seed_agents.losses.distributional import categorical_cross_entropy, mixture_of_samples
+from seed_agents.losses.distributional import categorical_cross_entropy, mixture_and_means
 from seed_agents.losses.mpo import gaussian_kl, mpo_policy_loss, mpo_temperature_and_weights
 from seed_agents.networks.actor_critic import CategoricalCritic, make_variables
 from seed_agents.networks.gaussian import GaussianActor
@@ -212,11 +212,13 @@ def test_a_categorical_critic_gives_logits_over_its_support_and_their_expected_v
     # Mass 0.75 on 1 and 0.25 on -2: E[Z] = 0.75 - 0.5.
     peaked = tf.math.log(tf.constant([[0.25, 1e-9, 1e-9, 0.75, 1e-9]]))
     np.testing.assert_allclose(critic.q_value(peaked).numpy(), [0.25], atol=1e-6)
-    # Two samples' distributions, point masses on -1 and on 2: the mixture halves each.
+    # Two samples' distributions, point masses on -1 and on 2: the mixture halves each, and
+    # each sample keeps its own mean.
     two = tf.math.log(tf.constant([[[1e-9, 1.0, 1e-9, 1e-9, 1e-9]],
                                    [[1e-9, 1e-9, 1e-9, 1e-9, 1.0]]]))  # [N=2, B=1, K=5]
-    np.testing.assert_allclose(mixture_of_samples(two).numpy(), [[0, 0.5, 0, 0, 0.5]],
-                               atol=1e-6)
+    mixture, means = mixture_and_means(two, critic.support)
+    np.testing.assert_allclose(mixture.numpy(), [[0, 0.5, 0, 0, 0.5]], atol=1e-6)
+    np.testing.assert_allclose(means.numpy(), [[-1.0], [2.0]], atol=1e-6)
     # The cross-entropy to a target is smallest at the target itself.
     target = tf.constant([[0.0, 0.5, 0.0, 0.0, 0.5]])
     assert (categorical_cross_entropy(target, tf.math.log(target + 1e-9))
@@ -273,7 +275,8 @@ def test_targets_are_copied_only_on_multiples_of_the_target_update_period(critic
                             "critic_gradient_norm", "policy_gradient_norm",
                             "policy_stddev"}
     assert all(np.isfinite(v) for v in metrics.values())
-    # Seven small steps leave the std near its initial scale (a zero head gives it exactly).
+    # The std starts near `init_scale` (a zero output of its head gives exactly that; a
+    # freshly initialized head gives small outputs) and seven small steps barely move it.
     assert metrics["policy_stddev"] == pytest.approx(config.init_scale, rel=0.5)
     objects = learner.checkpoint_objects()
     assert objects["step"] is learner.step_variable and objects["networks"] is networks

@@ -9,7 +9,7 @@ Deterministic-policy actor-critics (TD3): `smoothed_target_action`,
 `clipped_double_q_target`, `critic_regression`, `dpg_loss`, and `td3_bc_actor_loss` for
 offline data. MPO: `mpo_temperature_and_weights` (the E-step), `gaussian_kl` and
 `mpo_policy_loss` (the decoupled M-step with its multipliers). Categorical critics (D4PG,
-distributional MPO): `categorical_projection`, `mixture_of_samples`, `expected_value`,
+distributional MPO): `categorical_projection`, `mixture_and_means`, `expected_value`,
 `categorical_cross_entropy`. From a fixed dataset:
 `gaussian_log_likelihood` (behaviour cloning), `expectile_loss` and `advantage_weights`
 (implicit Q-learning).
@@ -26,7 +26,7 @@ from seed_agents.losses.distributional import (
     categorical_cross_entropy,
     categorical_projection,
     expected_value,
-    mixture_of_samples,
+    mixture_and_means,
 )
 from seed_agents.losses.mpo import gaussian_kl, mpo_policy_loss, mpo_temperature_and_weights
 from seed_agents.losses.offline import (
@@ -59,7 +59,7 @@ __all__ = [
     "clipped_surrogate_loss", "critic_regression", "double_q_targets", "dpg_loss",
     "entropy_loss", "expected_value", "expectile_loss", "explained_variance", "gaussian_kl",
     "gaussian_log_likelihood", "huber_td_loss", "inverse_rescale", "kl_divergence",
-    "masked_mean", "mixture_of_samples", "mpo_policy_loss", "mpo_temperature_and_weights",
+    "masked_mean", "mixture_and_means", "mpo_policy_loss", "mpo_temperature_and_weights",
     "n_step_double_q_targets", "normalize", "policy_gradient_loss", "rescale",
     "smoothed_target_action", "td3_bc_actor_loss", "vtrace_returns",
 ]

@@ -4,7 +4,7 @@ A categorical critic gives logits over a fixed, evenly spaced support of returns
 target is the distribution of R + D Z' projected back onto that support, and it learns by
 the cross-entropy to that target. Bellemare, Dabney and Munos 2017 (C51); Barth-Maron et
 al. 2018 (D4PG); Acme's DMPO averages the target critic's distributions over the sampled
-next actions before projecting (`mixture_of_samples`).
+next actions before projecting (`mixture_and_means`).
 """
 
 from __future__ import annotations
@@ -34,10 +34,16 @@ def categorical_projection(probabilities: tf.Tensor, reward: tf.Tensor, discount
 
 
 
-def mixture_of_samples(logits: tf.Tensor) -> tf.Tensor:
-    """The equal-weight mixture of N distributions per state: logits [N, B, K] in,
-    probabilities [B, K] out (the mean of each sample's softmax)."""
-    return tf.reduce_mean(tf.nn.softmax(logits), axis=0)
+def mixture_and_means(logits: tf.Tensor, support: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """For N distributions per state, logits [N, B, K] over `support` [K]: their equal-weight
+    mixture [B, K] (the mean of the N softmaxes) and each one's E[Z] [N, B].
+
+    Distributional MPO needs both of the target critic at the sampled next actions: the
+    mixture is what its target projects, the means are what the E-step weighs. One softmax
+    serves both ([N, B, K] is 20 x 256 x 51 at the defaults)."""
+    probabilities = tf.nn.softmax(logits)
+    return (tf.reduce_mean(probabilities, axis=0),
+            tf.reduce_sum(probabilities * support, axis=-1))
 
 
 def expected_value(logits: tf.Tensor, support: tf.Tensor) -> tf.Tensor:

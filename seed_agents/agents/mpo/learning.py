@@ -16,8 +16,7 @@ from seed_agents.losses.deterministic import critic_regression
 from seed_agents.losses.distributional import (
     categorical_cross_entropy,
     categorical_projection,
-    expected_value,
-    mixture_of_samples,
+    mixture_and_means,
 )
 from seed_agents.losses.mpo import MIN_LOG_DUAL, mpo_policy_loss
 from seed_agents.networks.actor_critic import CategoricalCritic, Critics, follow
@@ -108,9 +107,8 @@ class MPOLearner(TransitionLearner):
         sampled = self._sampled_critic(nets.target_critic, next_observation, actions)
         if nets.distributional:
             support = nets.critic.support
-            next_q = expected_value(sampled, support)
-            target = categorical_projection(mixture_of_samples(sampled), reward, discount,
-                                            support)
+            mixture, next_q = mixture_and_means(sampled, support)
+            target = categorical_projection(mixture, reward, discount, support)
         else:
             next_q = sampled
             target = tf.stop_gradient(reward + discount * tf.reduce_mean(next_q, axis=0))
