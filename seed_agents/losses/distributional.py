@@ -33,7 +33,6 @@ def categorical_projection(probabilities: tf.Tensor, reward: tf.Tensor, discount
     return tf.einsum("bj,bji->bi", probabilities, share)
 
 
-
 def mixture_and_means(logits: tf.Tensor, support: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """For N distributions per state, logits [N, B, K] over `support` [K]: their equal-weight
     mixture [B, K] (the mean of the N softmaxes) and each one's E[Z] [N, B].
