@@ -163,9 +163,11 @@ def test_vtrace_learner_checkpoint_objects_restore_step_network_and_optimizer(tm
     networks = builder.make_networks(spec)
     replay = reverb.Server(builder.make_replay_tables(spec, builder.make_policy(networks, spec)),
                            port=None)
+    learners = []  # closed while the replay is up (their dataset streams)
     try:
         address = f"localhost:{replay.port}"
         learner = builder.make_learner(networks, address)
+        learners.append(learner)
         objects = learner.checkpoint_objects()
         variables = networks.trainable_variables
         objects["optimizer"].apply_gradients(
@@ -173,6 +175,7 @@ def test_vtrace_learner_checkpoint_objects_restore_step_network_and_optimizer(tm
         objects["step"].assign(7)
         Checkpointer(objects, tmp_path).save()
         fresh = builder.make_learner(builder.make_networks(spec), address)
+        learners.append(fresh)
         assert fresh.num_steps == 0
         fresh_objects = fresh.checkpoint_objects()
         assert Checkpointer(fresh_objects, tmp_path).restore_latest()
@@ -183,6 +186,8 @@ def test_vtrace_learner_checkpoint_objects_restore_step_network_and_optimizer(tm
                         strict=True):
             np.testing.assert_array_equal(a.numpy(), b.numpy())
     finally:
+        for learner in learners:
+            learner.close()
         replay.stop()
 
 

@@ -3,6 +3,7 @@ input named by file, and datasets turned into the replay existing learners sampl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -314,9 +315,9 @@ def test_a_dataset_fills_a_v_trace_table_with_the_unrolls_its_learner_trains_on(
         info = replay.server.localhost_client().server_info()[builder.table]
         assert info.signature == tf.nest.map_structure(
             lambda s: tf.TensorSpec(s.shape, s.dtype), signature)
-        learner = builder.make_learner(networks, replay.address)
-        for _ in range(3):
-            metrics = learner.step()
+        with contextlib.closing(builder.make_learner(networks, replay.address)) as learner:
+            for _ in range(3):
+                metrics = learner.step()
         # This dataset's behaviour policy stamped no versions: its rows got -1, "an
         # unknown policy", so there is no policy lag to report; everything else is finite.
         assert np.isnan(metrics.pop("policy_lag"))

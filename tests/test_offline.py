@@ -4,6 +4,7 @@ offline run, and the command line's errors."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -68,9 +69,11 @@ def test_the_sac_learner_trains_unchanged_on_a_recorded_pendulum_dataset(pendulu
     try:
         # One n-step transition per action taken: 200 per episode.
         assert replay.items == 200 * replay.episodes
-        learner = builder.make_learner(networks, replay.address)
-        for _ in range(5):
-            metrics = learner.step()
+        # Closed while the replay is up: a learner's dataset stream left to the garbage
+        # collector after its server stopped holds the collection for seconds.
+        with contextlib.closing(builder.make_learner(networks, replay.address)) as learner:
+            for _ in range(5):
+                metrics = learner.step()
         assert learner.num_steps == 5
         assert all(np.isfinite(v) for v in metrics.values())
     finally:

@@ -3,6 +3,7 @@ running under every backend."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -261,7 +262,9 @@ class _Agent:
         return by_key
 
     def close(self):
+        # As a run stops them: the adder's stream closes while the replay is up.
         self.server.close()
+        self._adder.close()
         self.replay.stop()
 
 
@@ -312,31 +315,32 @@ def test_evaluation_environments_stay_out_of_replay_and_have_their_own_returns(a
 def test_learner_steps_rewrite_the_sampled_priorities(agent):
     agent.act(rounds=60)
     before = {k: p for k, (p, _) in agent.items().items()}
-    learner = agent.builder.make_learner(agent.network, f"localhost:{agent.replay.port}")
-    while not (metrics := learner.step()):
-        pass
-    assert np.isfinite(metrics["loss"])
-    # The first step's priorities come from the network that acted (the target network is
-    # still its copy), so they equal the initial ones: learner and adder agree on the math.
-    after = {k: p for k, (p, _) in agent.items().items()}
-    for key in before.keys() & after.keys():
-        assert after[key] == pytest.approx(before[key], rel=1e-4)
-    learner.step()
-    while learner.num_steps < 6:
+    address = f"localhost:{agent.replay.port}"
+    with contextlib.closing(agent.builder.make_learner(agent.network, address)) as learner:
+        while not (metrics := learner.step()):
+            pass
+        assert np.isfinite(metrics["loss"])
+        # The first step's priorities come from the network that acted (the target network is
+        # still its copy), so they equal the initial ones: learner and adder agree on the math.
+        after = {k: p for k, (p, _) in agent.items().items()}
+        for key in before.keys() & after.keys():
+            assert after[key] == pytest.approx(before[key], rel=1e-4)
         learner.step()
-    after = {k: p for k, (p, _) in agent.items().items()}
-    changed = [k for k in before.keys() & after.keys()
-               if after[k] != pytest.approx(before[k], rel=1e-3)]
-    assert changed
-    # The target network only moves every target_update_period (3) steps.
-    # (6 steps, a multiple of the target_update_period of 3: just copied.)
-    for online, variable in zip(learner.network.variables, learner.target_network.variables,
-                                strict=True):
-        np.testing.assert_array_equal(online.numpy(), variable.numpy())
-    while learner.num_steps < 7:
-        learner.step()
-    assert any(not np.array_equal(online.numpy(), variable.numpy()) for online, variable in
-               zip(learner.network.variables, learner.target_network.variables, strict=True))
+        while learner.num_steps < 6:
+            learner.step()
+        after = {k: p for k, (p, _) in agent.items().items()}
+        changed = [k for k in before.keys() & after.keys()
+                   if after[k] != pytest.approx(before[k], rel=1e-3)]
+        assert changed
+        # The target network only moves every target_update_period (3) steps.
+        # (6 steps, a multiple of the target_update_period of 3: just copied.)
+        for online, variable in zip(learner.network.variables, learner.target_network.variables,
+                                    strict=True):
+            np.testing.assert_array_equal(online.numpy(), variable.numpy())
+        while learner.num_steps < 7:
+            learner.step()
+        assert any(not np.array_equal(online.numpy(), variable.numpy()) for online, variable in
+                   zip(learner.network.variables, learner.target_network.variables, strict=True))
 
 
 def test_config_rejects_bad_values():

@@ -63,7 +63,7 @@ def _learner_on_served_unrolls(config: VTraceConfig, unrolls_per_env: int = 3):
     replay = reverb.Server(builder.make_replay_tables(spec, policy), port=None)
     stop = threading.Event()
     counter = Counter()
-    server = None
+    server = adder = learner = None
     try:
         adder = builder.make_adder(replay.localhost_client(), 8, spec, policy, stop)
         server = builder.make_inference_server(policy, spec, adder,
@@ -76,9 +76,13 @@ def _learner_on_served_unrolls(config: VTraceConfig, unrolls_per_env: int = 3):
         learner = builder.make_learner(networks, f"localhost:{replay.port}", counter)
         yield builder, networks, policy, learner, counter
     finally:
+        # In the order a run stops them: the streams close while the replay is up.
         stop.set()
         if server is not None:
             server.close()
+        for part in (adder, learner):
+            if part is not None:
+                part.close()
         replay.stop()
 
 
@@ -139,14 +143,15 @@ def test_learner_save_and_restore_round_trip():
     networks = builder.make_networks(spec)
     policy = builder.make_policy(networks, spec)
     replay = reverb.Server(builder.make_replay_tables(spec, policy), port=None)
+    address = f"localhost:{replay.port}"
     try:
-        learner = builder.make_learner(networks, f"localhost:{replay.port}")
-        state = learner.save()
-        for v in networks.variables:
-            v.assign(tf.zeros_like(v))
-        learner.restore(state)
-        for v, saved in zip(networks.variables, state["network"], strict=True):
-            np.testing.assert_array_equal(v.numpy(), saved)
-        assert len(learner.get_variables(["policy"])[0]) == len(networks.variables)
+        with contextlib.closing(builder.make_learner(networks, address)) as learner:
+            state = learner.save()
+            for v in networks.variables:
+                v.assign(tf.zeros_like(v))
+            learner.restore(state)
+            for v, saved in zip(networks.variables, state["network"], strict=True):
+                np.testing.assert_array_equal(v.numpy(), saved)
+            assert len(learner.get_variables(["policy"])[0]) == len(networks.variables)
     finally:
         replay.stop()

@@ -60,7 +60,7 @@ def served() -> tuple[EnvironmentSpec, list[dict]]:
     policy = builder.make_policy(builder.make_networks(spec), spec, seed=1)
     replay = reverb.Server(builder.make_replay_tables(spec, policy), port=None)
     stop = threading.Event()
-    server = None
+    server = adder = None
     try:
         adder = builder.make_adder(replay.localhost_client(), 8, spec, policy, stop)
         server = builder.make_inference_server(policy, spec, adder,
@@ -76,6 +76,8 @@ def served() -> tuple[EnvironmentSpec, list[dict]]:
         stop.set()
         if server is not None:
             server.close()
+        if adder is not None:
+            adder.close()  # its writer's stream, while the replay is up
         replay.stop()
     assert len(batches) == NUM_BATCHES
     return spec, batches
