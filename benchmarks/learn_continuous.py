@@ -21,8 +21,9 @@ never silently mixed in.
 `--runs-dir DIR --minutes M` splits a seed's own run into pieces: each seed trains in
 DIR/<agent>_<env>_seed<N> with checkpoints, stops after M minutes of its run's wall time
 (all pieces together), and the next invocation with the same arguments (and a larger
-`--minutes`) continues it from its newest checkpoint (replay included). A seed stopped
-short of `--steps` reports no figure (`incomplete_seeds`) until a later piece finishes it.
+`--minutes`) continues it from its newest checkpoint (replay included). Ctrl-C or SIGTERM
+stops it the same way, its checkpoint stored (exit status 130). A seed stopped short of
+`--steps` reports no figure (`incomplete_seeds`) until a later piece finishes it.
 Such a run is an ordinary one of the agent's own networks: its final checkpoint is what
 the benchmark evaluates, and `seed-agents eval/export/record --logdir` load it.
 
@@ -40,6 +41,7 @@ import json
 import math
 import multiprocessing
 import os
+import signal
 import statistics
 import sys
 import time
@@ -242,8 +244,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     args = parse_args()
+    # SIGTERM (a scheduler, `kill`) and SIGINT stop the runs as Ctrl-C does, through their
+    # cleanup (checkpoints stored); SIGINT set here too, since a background job of a script
+    # (`nohup ... &`) starts with it ignored.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _raise_keyboard_interrupt)
+    try:
+        measure(args)
+    except KeyboardInterrupt:
+        # Each seed's run stopped its threads and stored its checkpoints on the way out
+        # (the in-process backend's cleanup): say how to go on rather than print a
+        # traceback.
+        if args.runs_dir:
+            how = (f"the same command continues each unfinished seed from its newest "
+                   f"checkpoint in {args.runs_dir}")
+        else:
+            how = "without --runs-dir the runs were not kept: the same command starts over"
+        print(f"learn_continuous: interrupted; {how}.", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def measure(args: argparse.Namespace) -> None:
+    """Trains (or reuses) every agent's seeds and prints the JSON line."""
     agents = args.agents.split(",")
     if args.results_dir:
         os.makedirs(args.results_dir, exist_ok=True)

@@ -433,3 +433,32 @@ def test_learn_continuous_runs_are_the_builders_own_and_load_back(tmp_path, caps
     assert json.loads((logdir / "run.json").read_text())["network_factory"] is None
     assert cli.main(["eval", "--logdir", str(logdir), "--episodes", "1"]) == 0
     assert "return: mean" in capsys.readouterr().out
+
+
+def test_ctrl_c_stops_learn_continuous_with_its_checkpoint_and_says_how_to_go_on(tmp_path):
+    """SIGINT (Ctrl-C, `kill -INT`) stops `benchmarks/learn_continuous.py` through the
+    run's cleanup: exit status 130, a line saying how to continue, no traceback, and the
+    learner's checkpoint in the run directory."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from seed_agents.utils.checkpointing import has_learner_checkpoint, learner_directory
+    from tests.run_logs import interrupt_when
+
+    root = Path(__file__).resolve().parents[1]
+    process = subprocess.Popen(
+        [sys.executable, str(root / "benchmarks" / "learn_continuous.py"), "--agents", "td3",
+         "--env", "gym:Pendulum-v1", "--steps", "10000000", "--seeds", "1", "--envs", "2",
+         "--runs-dir", str(tmp_path), "--set", "td3:actor_hidden_sizes=(16,)",
+         "--set", "td3:critic_hidden_sizes=(16,)", "--set", "td3:batch_size=16",
+         "--set", "td3:min_replay_size=64", "--set", "td3:samples_per_insert=2.0"],
+        cwd=root, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    logdir = tmp_path / "td3_gym_Pendulum-v1_seed0"
+    output = interrupt_when(process, lambda: (logdir / "learner.csv").exists())
+    assert process.returncode == 130, output[-2000:]
+    assert f"continues each unfinished seed from its newest checkpoint in {tmp_path}" in output
+    assert "Traceback" not in output
+    assert has_learner_checkpoint(learner_directory(str(logdir)))

@@ -157,6 +157,11 @@ pace (-18.8 at 4.59M frames, where `ATARI_PPO` had -15.58 at 3.87M), 8 cost less
 4.46M). On an AMX CPU the learner has time to spare with these batches (busy ~0.6-0.7 of a
 2-core run), so the runners set the pace (~5,100-5,300 frames/s there). See docs/atari.md
 (Atari-5).
+
+The torso keeps its quarter rate under the larger batch: on Venture (seed 1, ~2,200
+gradient steps) its live fraction held at 0.67-0.83 with 2.5e-4, fell to 0.35 and still
+falling with 5e-4, and to 0.21-0.28 with 1e-3; 5e-4 was not faster on sticky Pong either
+(seed 6: -18.84 at 4.32M frames, this preset -15.55 at 4.46M).
 """
 
 
