@@ -37,6 +37,7 @@ sized for its share of the cores). Prints one JSON line last; measures, never as
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import multiprocessing
@@ -262,12 +263,34 @@ def main() -> None:
         # (the in-process backend's cleanup): say how to go on rather than print a
         # traceback.
         if args.runs_dir:
+            for line in _progress_lines(args):
+                print(line, file=sys.stderr)
             how = (f"the same command continues each unfinished seed from its newest "
                    f"checkpoint in {args.runs_dir}")
         else:
             how = "without --runs-dir the runs were not kept: the same command starts over"
         print(f"learn_continuous: interrupted; {how}.", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+def _progress_lines(args: argparse.Namespace) -> list[str]:
+    """Where each seed's kept run had got to (the last row of its `train.csv`): what an
+    interrupted invocation measured."""
+    lines = []
+    for agent in args.agents.split(","):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            try:
+                with open(os.path.join(run_directory(args, agent, seed), "train.csv"),
+                          newline="") as f:
+                    rows = list(csv.DictReader(f))
+            except FileNotFoundError:
+                continue
+            if rows:
+                lines.append(f"{agent} seed {seed}: stopped at "
+                             f"{int(float(rows[-1]['env_steps'])):,} of {args.steps:,} env "
+                             f"steps, {int(float(rows[-1]['learner_steps'])):,} learner "
+                             f"steps (its run's train.csv)")
+    return lines
 
 
 def measure(args: argparse.Namespace) -> None:

@@ -457,8 +457,14 @@ def test_ctrl_c_stops_learn_continuous_with_its_checkpoint_and_says_how_to_go_on
         cwd=root, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     logdir = tmp_path / "td3_gym_Pendulum-v1_seed0"
-    output = interrupt_when(process, lambda: (logdir / "learner.csv").exists())
+    def training() -> bool:  # the learner has logged and the run has its first progress row
+        if not (logdir / "learner.csv").exists() or not (logdir / "train.csv").exists():
+            return False
+        return len((logdir / "train.csv").read_text().splitlines()) >= 2
+
+    output = interrupt_when(process, training)
     assert process.returncode == 130, output[-2000:]
     assert f"continues each unfinished seed from its newest checkpoint in {tmp_path}" in output
     assert "Traceback" not in output
+    assert re.search(r"td3 seed 0: stopped at [\d,]+ of 10,000,000 env steps", output), output
     assert has_learner_checkpoint(learner_directory(str(logdir)))
