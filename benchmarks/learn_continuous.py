@@ -28,7 +28,8 @@ Such a run is an ordinary one of the agent's own networks: its final checkpoint 
 the benchmark evaluates, and `seed-agents eval/export/record --logdir` load it.
 
 `--parallel N` runs N seeds at once in separate processes (each with its TF threads
-sized for its share of the cores). Prints one JSON line last; measures, never asserts.
+sized for its share of the cores); Ctrl-C stops each running seed as above. Prints one
+JSON line last; measures, never asserts.
 `value` is SAC's median over seeds (the first agent's without SAC); `ratio` is
 (value - random) / (target - random), so 1 meets the task's target (3,000 on HalfCheetah at
 100K env steps) and 0 is random play.
@@ -245,17 +246,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+def _raise_keyboard_interrupt_once(signum: int, frame: Any) -> None:
+    # Later signals are ignored: a second Ctrl-C (or the parent's SIGTERM after the
+    # terminal's SIGINT, with --parallel) would cut short the cleanup that stores the
+    # checkpoints. `kill -9` still ends a process that hangs in it.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     raise KeyboardInterrupt
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM (a scheduler, `kill`) and SIGINT stop the runs as Ctrl-C does, through
+    their cleanup (checkpoints stored). SIGINT is set too, since a background job of a
+    script (`nohup ... &`) starts with it ignored."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _raise_keyboard_interrupt_once)
 
 
 def main() -> None:
     args = parse_args()
-    # SIGTERM (a scheduler, `kill`) and SIGINT stop the runs as Ctrl-C does, through their
-    # cleanup (checkpoints stored); SIGINT set here too, since a background job of a script
-    # (`nohup ... &`) starts with it ignored.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _raise_keyboard_interrupt)
+    _stop_on_signals()
     try:
         measure(args)
     except KeyboardInterrupt:
@@ -293,6 +303,67 @@ def _progress_lines(args: argparse.Namespace) -> list[str]:
     return lines
 
 
+def _seed_process(job: tuple, results: Any) -> None:
+    """A `--parallel` seed's process: its result goes to `results`; a signal stops its run
+    through the run's cleanup, as in the parent, and makes it an incomplete one. Every
+    exit but a crash (a non-zero status) puts a result."""
+    _stop_on_signals()
+    try:
+        result = _run_seed_job(job)
+    except KeyboardInterrupt:  # its run stored its checkpoints on the way out
+        result = {"seed": job[1], "incomplete": True, "interrupted": True}
+    results.put((job[:2], result))
+
+
+def _run_in_parallel(jobs: list[tuple], parallel: int) -> list[dict[str, Any]]:
+    """Runs `jobs` in up to `parallel` processes at once, one process per seed, and returns
+    their results in `jobs`' order.
+
+    Not a `multiprocessing.Pool`: on Ctrl-C a pool terminates its workers (SIGTERM, no
+    cleanup) and may start a new worker on the next seed. Here an interrupt reaches each
+    running seed as its own Ctrl-C (each stores its checkpoint), the parent waits for them,
+    and no further seed starts; a seed whose process crashes is an error that names it
+    (the others are stopped as on Ctrl-C).
+    """
+    import queue
+
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    pending = list(jobs)
+    running: dict[tuple, multiprocessing.process.BaseProcess] = {}
+    done: dict[tuple, dict[str, Any]] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < parallel:
+                job = pending.pop(0)
+                process = context.Process(target=_seed_process, args=(job, results),
+                                          name=f"{job[0]}-seed{job[1]}")
+                process.start()
+                running[job[:2]] = process
+            try:
+                key, result = results.get(timeout=1.0)
+            except queue.Empty:
+                for key, process in running.items():
+                    if process.exitcode not in (None, 0):
+                        raise SystemExit(f"{key[0]} seed {key[1]}: its process ended "
+                                         f"(exit status {process.exitcode}) without a "
+                                         "result; its output above says why") from None
+                continue
+            done[key] = result
+            running.pop(key).join()
+    except BaseException:  # Ctrl-C, or a seed that crashed: stop the others, kept
+        for process in running.values():  # each stops as if Ctrl-C were its own
+            if process.is_alive():
+                os.kill(process.pid, signal.SIGTERM)
+        for process in running.values():
+            process.join(timeout=600)
+            if process.is_alive():  # hung in its cleanup: do not leave it behind
+                process.kill()
+                process.join()
+        raise
+    return [done[job[:2]] for job in jobs]
+
+
 def measure(args: argparse.Namespace) -> None:
     """Trains (or reuses) every agent's seeds and prints the JSON line."""
     agents = args.agents.split(",")
@@ -307,8 +378,7 @@ def measure(args: argparse.Namespace) -> None:
     reused = [f"{agent}:{seed}" for (agent, seed), result in stored.items() if result]
     start = time.monotonic()
     if args.parallel > 1:
-        with multiprocessing.get_context("spawn").Pool(args.parallel) as pool:
-            fresh = pool.map(_run_seed_job, to_run, chunksize=1)
+        fresh = _run_in_parallel(to_run, args.parallel)
     else:
         fresh = [_run_seed_job(job) for job in to_run]
     wall = time.monotonic() - start

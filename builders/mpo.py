@@ -32,7 +32,8 @@ class MPOBuilder(TransitionAgentBuilder):
             init_log_alpha_mean=c.init_log_alpha_mean,
             init_log_alpha_stddev=c.init_log_alpha_stddev,
             per_dim_constraining=c.per_dim_constraining, critic_type=c.critic_type,
-            num_atoms=c.num_atoms, v_min=c.v_min, v_max=c.v_max)
+            num_atoms=c.num_atoms, v_min=c.v_min, v_max=c.v_max,
+            layer_norm_mlp=c.layer_norm_mlp)
 
     def make_policy(self, networks: MPONetworks, env_spec: EnvironmentSpec,
                     evaluation: bool = False, seed: int | None = None,

@@ -435,10 +435,12 @@ def test_learn_continuous_runs_are_the_builders_own_and_load_back(tmp_path, caps
     assert "return: mean" in capsys.readouterr().out
 
 
-def test_ctrl_c_stops_learn_continuous_with_its_checkpoint_and_says_how_to_go_on(tmp_path):
-    """SIGINT (Ctrl-C, `kill -INT`) stops `benchmarks/learn_continuous.py` through the
+def test_ctrl_c_stops_learn_continuous_with_its_checkpoints_and_says_how_to_go_on(tmp_path):
+    """SIGINT (Ctrl-C, `kill -INT`) stops `benchmarks/learn_continuous.py` through each
     run's cleanup: exit status 130, a line saying how to continue, no traceback, and the
-    learner's checkpoint in the run directory."""
+    learner's checkpoint in each run directory. With `--parallel 2`, where the seeds run in
+    processes of their own and the signal reaches only the parent (as `kill` sends it):
+    the parent passes it on and waits for them (a `multiprocessing.Pool` killed them)."""
     import os
     import subprocess
     import sys
@@ -450,21 +452,25 @@ def test_ctrl_c_stops_learn_continuous_with_its_checkpoint_and_says_how_to_go_on
     root = Path(__file__).resolve().parents[1]
     process = subprocess.Popen(
         [sys.executable, str(root / "benchmarks" / "learn_continuous.py"), "--agents", "td3",
-         "--env", "gym:Pendulum-v1", "--steps", "10000000", "--seeds", "1", "--envs", "2",
+         "--env", "gym:Pendulum-v1", "--steps", "10000000", "--seeds", "2", "--parallel",
+         "2", "--envs", "2",
          "--runs-dir", str(tmp_path), "--set", "td3:actor_hidden_sizes=(16,)",
          "--set", "td3:critic_hidden_sizes=(16,)", "--set", "td3:batch_size=16",
          "--set", "td3:min_replay_size=64", "--set", "td3:samples_per_insert=2.0"],
         cwd=root, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    logdir = tmp_path / "td3_gym_Pendulum-v1_seed0"
-    def training() -> bool:  # the learner has logged and the run has its first progress row
-        if not (logdir / "learner.csv").exists() or not (logdir / "train.csv").exists():
-            return False
-        return len((logdir / "train.csv").read_text().splitlines()) >= 2
+    logdirs = [tmp_path / f"td3_gym_Pendulum-v1_seed{seed}" for seed in (0, 1)]
+
+    def training() -> bool:  # each learner has logged and each run has its first progress row
+        return all((logdir / "learner.csv").exists() and (logdir / "train.csv").exists()
+                   and len((logdir / "train.csv").read_text().splitlines()) >= 2
+                   for logdir in logdirs)
 
     output = interrupt_when(process, training)
     assert process.returncode == 130, output[-2000:]
     assert f"continues each unfinished seed from its newest checkpoint in {tmp_path}" in output
     assert "Traceback" not in output
-    assert re.search(r"td3 seed 0: stopped at [\d,]+ of 10,000,000 env steps", output), output
-    assert has_learner_checkpoint(learner_directory(str(logdir)))
+    for seed, logdir in enumerate(logdirs):
+        assert re.search(rf"td3 seed {seed}: stopped at [\d,]+ of 10,000,000 env steps",
+                         output), output
+        assert has_learner_checkpoint(learner_directory(str(logdir)))

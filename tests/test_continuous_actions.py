@@ -101,6 +101,7 @@ class Served:
         self.service.stop(grace_s=0.2)
         self.server.close()
         if self.replay is not None:
+            self.writer.close()  # before its server stops
             self.replay.stop()
 
 

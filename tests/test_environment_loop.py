@@ -43,9 +43,9 @@ def test_local_actor_writes_the_same_unroll_layout_as_the_server():
     policy = CountingPolicy()
     signature = unroll_signature(spec, 4, policy.extras_spec, policy.state_spec)
     server = reverb.Server([queue_table("q", 100, signature)], port=None)
+    client = server.localhost_client()
+    writer = UnrollWriter(client, "q")
     try:
-        client = server.localhost_client()
-        writer = UnrollWriter(client, "q")
         adder = UnrollAdder(writer, 1, 4, row_spec(spec, policy.extras_spec), policy.state_spec)
         EnvironmentLoop(env, PolicyActor(policy, adder)).run(num_episodes=2)
         writer.flush()
@@ -57,4 +57,5 @@ def test_local_actor_writes_the_same_unroll_layout_as_the_server():
         assert item[u.PREV_ACTION][1:4].tolist() == item[u.ACTION][0:3].tolist()
         np.testing.assert_array_equal(item[u.START_STATE][0], [0.0])
     finally:
+        writer.close()  # before its server stops
         server.stop()

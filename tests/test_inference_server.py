@@ -54,6 +54,7 @@ class Setup:
 
     def close(self):
         self.server.close()
+        self.writer.close()  # before its server stops
         self.replay.stop()
 
 

@@ -23,6 +23,7 @@ from seed_agents.losses.distributional import categorical_cross_entropy, mixture
 from seed_agents.losses.mpo import gaussian_kl, mpo_policy_loss, mpo_temperature_and_weights
 from seed_agents.networks.actor_critic import CategoricalCritic, make_variables
 from seed_agents.networks.gaussian import GaussianActor
+from seed_agents.networks.mlp import mlp, run
 from seed_agents.specs import make_environment_spec
 from tests.bandits import bandit_dataset
 
@@ -51,7 +52,8 @@ def _networks(config: MPOConfig, observation_shape, action_size: int) -> MPONetw
                        init_log_alpha_stddev=config.init_log_alpha_stddev,
                        per_dim_constraining=config.per_dim_constraining,
                        critic_type=config.critic_type, num_atoms=config.num_atoms,
-                       v_min=config.v_min, v_max=config.v_max)
+                       v_min=config.v_min, v_max=config.v_max,
+                       layer_norm_mlp=config.layer_norm_mlp)
 
 
 # --- the kit's pieces, with numbers worked by hand -----------------------------------------
@@ -242,17 +244,38 @@ def test_config_checks_and_learning_rate_fallbacks():
             MPOConfig(**bad)
 
 
+def test_a_layer_norm_mlp_is_acmes_and_its_first_layer_ignores_the_inputs_scale():
+    layers = mlp((8, 6), "t", layer_norm=True)
+    assert [type(layer).__name__ for layer in layers] == [
+        "Dense", "LayerNormalization", "Activation", "Dense"]
+    assert layers[0].activation.__name__ == "linear" and layers[2].activation.__name__ == "tanh"
+    assert layers[3].activation.__name__ == "elu"
+    x = tf.constant(np.random.default_rng(0).normal(size=(5, 3)), tf.float32)
+    first = run(layers[:3], x).numpy()
+    # Zero biases at first: LayerNorm(W 1000x) = LayerNorm(W x), whatever the scale of
+    # the observations (but for LayerNorm's epsilon, 1e-5 beside the variance), and tanh
+    # keeps it in (-1, 1).
+    np.testing.assert_allclose(run(layers[:3], 1000.0 * x).numpy(), first, atol=1e-3)
+    assert np.all(np.abs(first) < 1.0)
+    assert run(layers, x).shape == (5, 6)
+    assert [type(layer).__name__ for layer in mlp((8, 6), "r")] == ["Dense", "Dense"]
+
+
 # --- the learner ----------------------------------------------------------------------------
 
 
 
-@pytest.mark.parametrize("critic_type", ["nondistributional", "categorical"])
-def test_targets_are_copied_only_on_multiples_of_the_target_update_period(critic_type):
+@pytest.mark.parametrize("critic_type,layer_norm_mlp", [
+    ("nondistributional", False), ("categorical", False), ("categorical", True)])
+def test_targets_are_copied_only_on_multiples_of_the_target_update_period(critic_type,
+                                                                          layer_norm_mlp):
     tf.random.set_seed(0)
     config = dataclasses.replace(SMALL_MPO, actor_hidden_sizes=(16,),
                                  critic_hidden_sizes=(16,), target_update_period=3,
-                                 critic_type=critic_type)
+                                 critic_type=critic_type, layer_norm_mlp=layer_norm_mlp)
     networks = _networks(config, (2,), 2)
+    # A LayerNorm layer's scale and offset are weights too: the targets copy them.
+    assert len(networks.policy.weights) == 2 + 2 * layer_norm_mlp + 4
     assert networks.distributional == (critic_type == "categorical")
     learner = MPOLearner(networks, bandit_dataset(16), config, seed=0)
     pairs = [(networks.target_policy, networks.policy),
@@ -340,9 +363,15 @@ def test_the_policy_evaluates_with_the_clipped_mean_and_trains_around_it():
 @pytest.mark.parametrize("critic_type", ["nondistributional", "categorical"])
 def test_mpo_trains_in_process_with_an_evaluation_environment(critic_type):
     config = dataclasses.replace(SMALL_MPO, critic_type=critic_type)
-    assert MPOBuilder(config).make_networks(
-        make_environment_spec(environment_factory("gym:Pendulum-v1")(0))
-    ).distributional == (critic_type == "categorical")
+    spec = make_environment_spec(environment_factory("gym:Pendulum-v1")(0))
+    assert MPOBuilder(config).make_networks(spec).distributional == (
+        critic_type == "categorical")
+    layer_normed = MPOBuilder(dataclasses.replace(config, layer_norm_mlp=True)).make_networks(
+        spec)
+    assert all(isinstance(network_layers[1], tf.keras.layers.LayerNormalization)
+               for network_layers in (layer_normed.policy.torso, layer_normed.critic.layers
+                                      if layer_normed.distributional
+                                      else layer_normed.critic.heads[0]))
     experiment = Experiment(MPOBuilder(config), "gym:Pendulum-v1", num_runners=1,
                             envs_per_runner=3, max_env_steps=600)
     result = run_inprocess(experiment)

@@ -56,6 +56,15 @@ def server():
     server.stop()
 
 
+@pytest.fixture
+def writer(server):
+    """The test's writer on `server`, closed before the server stops (left to the garbage
+    collector after that, its stream holds a collection for seconds)."""
+    writer = UnrollWriter(server.localhost_client(), "q")
+    yield writer
+    writer.close()
+
+
 def _drain(client: reverb.Client, table: str = "q") -> list[dict]:
     size = client.server_info()[table].current_size
     if not size:
@@ -65,9 +74,8 @@ def _drain(client: reverb.Client, table: str = "q") -> list[dict]:
     return [s.data for s in samples]
 
 
-def test_unrolls_overlap_by_one_row_and_keep_their_start_state(server):
+def test_unrolls_overlap_by_one_row_and_keep_their_start_state(server, writer):
     client = server.localhost_client()
-    writer = UnrollWriter(client, "q")
     adder = UnrollAdder(writer, num_slots=2, unroll_length=T, row_spec=row_spec(SPEC, EXTRAS),
                         state_spec=STATE)
     slots = np.array([0, 1])
@@ -87,9 +95,8 @@ def test_unrolls_overlap_by_one_row_and_keep_their_start_state(server):
         assert item[u.OBSERVATION].shape == (T + 1, 3)
 
 
-def test_reset_discards_partial_unrolls(server):
+def test_reset_discards_partial_unrolls(server, writer):
     client = server.localhost_client()
-    writer = UnrollWriter(client, "q")
     adder = UnrollAdder(writer, 2, T, row_spec(SPEC, EXTRAS), STATE)
     state = (np.zeros((1, 1), np.float32),)
     for step in range(T):  # one row short of a full unroll
@@ -102,9 +109,8 @@ def test_reset_discards_partial_unrolls(server):
     assert [item[u.REWARD].tolist() for item in items] == [[50, 51, 52, 53]]
 
 
-def test_writer_copies_buffers_before_they_are_reused(server):
+def test_writer_copies_buffers_before_they_are_reused(server, writer):
     client = server.localhost_client()
-    writer = UnrollWriter(client, "q")
     adder = UnrollAdder(writer, 1, T, row_spec(SPEC, EXTRAS), STATE)
     state = (np.zeros((1, 1), np.float32),)
     for step in range(T + 1 + 2):  # one written unroll, then rows 1..2 overwrite its buffer
@@ -114,9 +120,8 @@ def test_writer_copies_buffers_before_they_are_reused(server):
     assert item[u.REWARD].tolist() == [0, 1, 2, 3]
 
 
-def test_writer_closes_and_keeps_what_was_flushed(server):
+def test_writer_closes_and_keeps_what_was_flushed(server, writer):
     client = server.localhost_client()
-    writer = UnrollWriter(client, "q")
     adder = UnrollAdder(writer, 1, T, row_spec(SPEC, EXTRAS), STATE)
     for step in range(T + 1):
         adder.add(np.array([0]), _rows(np.array([step])), (np.zeros((1, 1), np.float32),))
@@ -165,9 +170,7 @@ def test_stop_event_abandons_a_blocked_write():
         server.stop()
 
 
-def test_dataset_batches_unrolls_and_ends_on_timeout(server):
-    client = server.localhost_client()
-    writer = UnrollWriter(client, "q")
+def test_dataset_batches_unrolls_and_ends_on_timeout(server, writer):
     adder = UnrollAdder(writer, 4, T, row_spec(SPEC, EXTRAS), STATE)
     slots = np.arange(4)
     for step in range(T + 1):
@@ -184,7 +187,7 @@ def test_dataset_batches_unrolls_and_ends_on_timeout(server):
 
 
 def test_batches_start_anew_after_a_timeout_and_destroy_the_spent_iterator_elsewhere(
-        server):
+        server, writer):
     """A timed-out iterator's destructor waits for its sample requests (seconds on busy
     cores): it runs on another thread, not in the learner's `next()`, whose stop it
     delayed."""
@@ -192,8 +195,6 @@ def test_batches_start_anew_after_a_timeout_and_destroy_the_spent_iterator_elsew
 
     from seed_agents.learning.batches import Batches
 
-    client = server.localhost_client()
-    writer = UnrollWriter(client, "q")
     adder = UnrollAdder(writer, 2, T, row_spec(SPEC, EXTRAS), STATE)
     seen = {}
 

@@ -176,8 +176,8 @@ def test_transitions_round_trip_through_a_rate_limited_reverb_table():
     table = rate_limited_table("transitions", 1000, samples_per_insert=1.0,
                                min_size_to_sample=4, error_buffer=100.0, signature=signature)
     server = reverb.Server([table], port=None)
+    writer = UnrollWriter(server.localhost_client(), "transitions")
     try:
-        writer = UnrollWriter(server.localhost_client(), "transitions")
         written: list[dict] = []
 
         def sink(transition: dict) -> None:
@@ -204,4 +204,5 @@ def test_transitions_round_trip_through_a_rate_limited_reverb_table():
             assert tree.flatten(sample[tr.EXTRAS])[0][i].numpy() == \
                 original[tr.EXTRAS]["log_prob"]
     finally:
+        writer.close()  # before its server stops
         server.stop()

@@ -351,6 +351,18 @@ def test_gc_for_serving_freezes_collects_less_and_restores():
     assert gc.get_freeze_count() == 0
 
 
+def test_gc_for_serving_leaves_a_callers_own_freeze_in_place():
+    gc.freeze()
+    try:
+        frozen_by_caller = gc.get_freeze_count()
+        assert frozen_by_caller > 0
+        with gc_for_serving():
+            pass
+        assert gc.get_freeze_count() >= frozen_by_caller
+    finally:
+        gc.unfreeze()
+
+
 def test_the_service_loop_is_uvloops_unless_asyncios_is_asked_for(monkeypatch):
     import asyncio
 

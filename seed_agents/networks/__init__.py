@@ -2,7 +2,9 @@
 
 Use a torso by name for observations (`make_torso`: "mlp", "nature_cnn",
 "impala_resnet", "minatar_cnn"; `embed` runs it, `recurrent_unroll` adds an LSTM over
-time), `mlp` for the dense stacks of flat (control) states and critics, `QNetwork` for
+time), `mlp` for the dense stacks of flat (control) states and critics (ReLU, or
+Acme's `LayerNormMLP` with `layer_norm=True`, which the actors and critics take too),
+`QNetwork` for
 Q-values over discrete actions, `DeterministicActor`, `Critics` and `CategoricalCritic`
 for continuous-action actor-critics (`make_variables` before a target copy, `follow` for
 the copy itself), `GaussianActor` for a diagonal Gaussian policy (MPO, IQL),

@@ -23,12 +23,14 @@ from seed_agents.networks.target_updates import update_target
 
 
 class DeterministicActor(tf.Module):
-    """pi(o) in [-1, 1]^d: ReLU layers, then a tanh layer of `action_size` units."""
+    """pi(o) in [-1, 1]^d: MLP layers (`mlp`'s, ReLU unless `layer_norm`), then a tanh
+    layer of `action_size` units."""
 
-    def __init__(self, hidden_sizes: Sequence[int], action_size: int, name: str = "actor"):
+    def __init__(self, hidden_sizes: Sequence[int], action_size: int, name: str = "actor",
+                 layer_norm: bool = False):
         super().__init__(name=name)
         with self.name_scope:
-            self.layers = [*mlp(hidden_sizes, name),
+            self.layers = [*mlp(hidden_sizes, name, layer_norm),
                            tf.keras.layers.Dense(action_size, activation="tanh",
                                                  name=f"{name}_out")]
 
@@ -42,15 +44,17 @@ class DeterministicActor(tf.Module):
 
 
 class Critics(tf.Module):
-    """`count` independent critics Q_i(o, a), each ReLU layers and one linear unit; the
-    call returns each critic's [B] values (TD3 and SAC take the smaller of two)."""
+    """`count` independent critics Q_i(o, a), each MLP layers (`mlp`'s, ReLU unless
+    `layer_norm`) and one linear unit; the call returns each critic's [B] values (TD3 and
+    SAC take the smaller of two)."""
 
-    def __init__(self, hidden_sizes: Sequence[int], count: int = 2, name: str = "critic"):
+    def __init__(self, hidden_sizes: Sequence[int], count: int = 2, name: str = "critic",
+                 layer_norm: bool = False):
         super().__init__(name=name)
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}.")
         with self.name_scope:
-            self.heads = [[*mlp(hidden_sizes, f"{name}_{i}"),
+            self.heads = [[*mlp(hidden_sizes, f"{name}_{i}", layer_norm),
                            tf.keras.layers.Dense(1, name=f"{name}_{i}_out")]
                           for i in range(count)]
 
@@ -64,18 +68,20 @@ class Critics(tf.Module):
 
 
 class CategoricalCritic(tf.Module):
-    """One distributional critic Z(o, a): ReLU layers and `num_atoms` logits over `support`,
+    """One distributional critic Z(o, a): MLP layers (`mlp`'s, ReLU unless `layer_norm`)
+    and `num_atoms` logits over `support`,
     `num_atoms` returns evenly spaced on [v_min, v_max] (D4PG's and DMPO's 51 on [-150,
     150]); the call returns the logits [B, num_atoms]. Train it with
     `seed_agents.losses.distributional` (projection, cross-entropy); `q_value` is E[Z]."""
 
     def __init__(self, hidden_sizes: Sequence[int], num_atoms: int = 51,
-                 v_min: float = -150.0, v_max: float = 150.0, name: str = "critic"):
+                 v_min: float = -150.0, v_max: float = 150.0, name: str = "critic",
+                 layer_norm: bool = False):
         super().__init__(name=name)
         check_support(num_atoms, v_min, v_max)
         self.support = tf.linspace(float(v_min), float(v_max), num_atoms)
         with self.name_scope:
-            self.layers = [*mlp(hidden_sizes, name),
+            self.layers = [*mlp(hidden_sizes, name, layer_norm),
                            tf.keras.layers.Dense(num_atoms, name=f"{name}_out")]
 
     def __call__(self, observation: tf.Tensor, action: tf.Tensor) -> tf.Tensor:

@@ -35,10 +35,11 @@ class GaussianActor(tf.Module):
     by softplus(0) = log 2 makes a zero output give exactly `init_scale`, and `min_scale`
     keeps log-probabilities finite where the softplus underflows. Acme's default
     `init_scale` is 0.3 (its MPO control-suite example uses 0.7); `min_scale` 1e-6.
+    `layer_norm=True` makes the layers Acme's `LayerNormMLP` (`seed_agents.networks.mlp`).
     """
 
     def __init__(self, hidden_sizes: Sequence[int], action_size: int, init_scale: float = 0.3,
-                 min_scale: float = 1e-6, name: str = "actor"):
+                 min_scale: float = 1e-6, name: str = "actor", layer_norm: bool = False):
         super().__init__(name=name)
         if init_scale <= 0:
             raise ValueError(f"init_scale must be > 0, got {init_scale}.")
@@ -48,7 +49,7 @@ class GaussianActor(tf.Module):
         self.init_scale = float(init_scale)
         self.min_scale = float(min_scale)
         with self.name_scope:
-            self.torso = mlp(hidden_sizes, name)
+            self.torso = mlp(hidden_sizes, name, layer_norm)
             # One initializer object per layer: Keras warns when an unseeded one is reused.
             self.mean_layer, self.scale_layer = (
                 tf.keras.layers.Dense(

@@ -22,16 +22,22 @@ SERVER_THRESHOLDS = (50_000, 20, 100)
 def gc_for_serving(thresholds: tuple[int, int, int] = SERVER_THRESHOLDS) -> Iterator[None]:
     """While open: the objects that exist now (built once, never garbage: the model, the
     program's setup) are frozen out of every collection, and collections are rarer. On
-    exit the previous thresholds come back and the frozen objects are collectable again.
+    exit the previous thresholds come back and the frozen objects are collectable again,
+    unless the caller had frozen objects before entering: Python cannot unfreeze only
+    some, and unfreezing the caller's would undo a decision that is not ours, so then
+    everything stays frozen (frozen objects are still freed when unreferenced; only their
+    cycles wait).
 
     Process-wide: open it in the process that serves, once it is built (around the
     learner's inference service), not from library code.
     """
     previous = gc.get_threshold()
+    caller_had_frozen = gc.get_freeze_count() > 0
     gc.freeze()
     gc.set_threshold(*thresholds)
     try:
         yield
     finally:
         gc.set_threshold(*previous)
-        gc.unfreeze()
+        if not caller_had_frozen:
+            gc.unfreeze()

@@ -42,7 +42,8 @@ class MPOConfig(ActorCriticConfig):
       * hidden sizes (256, 256) for both networks, plain ReLU layers (Acme: LayerNorm
         MLPs of (256, 256, 256) and (512, 512, 256)): every update evaluates the target
         critic at 2 x num_samples x batch_size (observation, action) pairs, which the
-        smaller critic keeps affordable on a few CPU cores;
+        smaller critic keeps affordable on a few CPU cores (`layer_norm_mlp=True` takes
+        Acme's kind of layer at any sizes);
       * Acme's action penalization (MO-MPO's extra constraint on sampled actions outside
         [-1, 1]) is left out: acting clips the actions and the critic sees only clipped
         ones.
@@ -80,6 +81,9 @@ class MPOConfig(ActorCriticConfig):
         E-step weighs by their expected values).
       num_atoms, v_min, v_max: the categorical critic's support (Acme's DMPO: 51 on
         [-150, 150], as D4PG's); unused by the nondistributional critic.
+      layer_norm_mlp: every network's hidden layers are Acme's `LayerNormMLP` (the first
+        linear, then LayerNorm and tanh; ELU after; `seed_agents.networks.mlp.mlp`), as
+        its control networks have them; False: ReLU layers.
     """
 
     n_step: int = 5
@@ -104,6 +108,7 @@ class MPOConfig(ActorCriticConfig):
     num_atoms: int = 51
     v_min: float = -150.0
     v_max: float = 150.0
+    layer_norm_mlp: bool = False
 
     def __post_init__(self):
         super().__post_init__()

@@ -22,7 +22,8 @@ class MPONetworks(tf.Module):
     with `critic_type="categorical"` a `CategoricalCritic`, logits [B, num_atoms]), and the
     three duals in log space: `log_temperature` [] (the E-step's eta) and
     `log_alpha_mean`, `log_alpha_stddev` (the M-step's multipliers; [d] with
-    `per_dim_constraining`, else []).
+    `per_dim_constraining`, else []). `layer_norm_mlp` makes every network's layers
+    Acme's `LayerNormMLP` (`seed_agents.networks.mlp.mlp`).
 
     Variables are made at construction and the targets start equal to the online
     networks, so the learner's and the policy's `tf.function`s (traced on different
@@ -50,6 +51,7 @@ class MPONetworks(tf.Module):
         num_atoms: int = 51,
         v_min: float = -150.0,
         v_max: float = 150.0,
+        layer_norm_mlp: bool = False,
         name: str = "mpo",
     ):
         super().__init__(name=name)
@@ -60,13 +62,14 @@ class MPONetworks(tf.Module):
         self.distributional = critic_type == "categorical"
         dual_shape = [action_size] if per_dim_constraining else []
         with self.name_scope:
-            self.policy = GaussianActor(actor_hidden_sizes, action_size, init_scale,
-                                        min_scale, "policy")
-            self.target_policy = GaussianActor(actor_hidden_sizes, action_size, init_scale,
-                                               min_scale, "target_policy")
+            self.policy, self.target_policy = (
+                GaussianActor(actor_hidden_sizes, action_size, init_scale, min_scale, name,
+                              layer_norm_mlp)
+                for name in ("policy", "target_policy"))
             self.critic, self.target_critic = (
-                CategoricalCritic(critic_hidden_sizes, num_atoms, v_min, v_max, name)
-                if self.distributional else Critics(critic_hidden_sizes, 1, name)
+                CategoricalCritic(critic_hidden_sizes, num_atoms, v_min, v_max, name,
+                                  layer_norm_mlp)
+                if self.distributional else Critics(critic_hidden_sizes, 1, name, layer_norm_mlp)
                 for name in ("critic", "target_critic"))
             self.log_temperature = tf.Variable(float(init_log_temperature), dtype=tf.float32,
                                                name="log_temperature")
