@@ -441,7 +441,9 @@ def test_ctrl_c_stops_learn_continuous_with_its_checkpoints_and_says_how_to_go_o
     learner's checkpoint in each run directory. With `--parallel 2`, where the seeds run in
     processes of their own and the signal reaches only the parent (as `kill` sends it):
     the parent passes it on and waits for them (a `multiprocessing.Pool` killed them)."""
+    import contextlib
     import os
+    import signal
     import subprocess
     import sys
     from pathlib import Path
@@ -458,7 +460,8 @@ def test_ctrl_c_stops_learn_continuous_with_its_checkpoints_and_says_how_to_go_o
          "--set", "td3:critic_hidden_sizes=(16,)", "--set", "td3:batch_size=16",
          "--set", "td3:min_replay_size=64", "--set", "td3:samples_per_insert=2.0"],
         cwd=root, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)  # its seeds' processes share its group: see the end
     logdirs = [tmp_path / f"td3_gym_Pendulum-v1_seed{seed}" for seed in (0, 1)]
 
     def training() -> bool:  # each learner has logged and each run has its first progress row
@@ -466,7 +469,13 @@ def test_ctrl_c_stops_learn_continuous_with_its_checkpoints_and_says_how_to_go_o
                    and len((logdir / "train.csv").read_text().splitlines()) >= 2
                    for logdir in logdirs)
 
-    output = interrupt_when(process, training)
+    try:
+        output = interrupt_when(process, training)
+    finally:
+        # interrupt_when kills the parent alone if the test fails; its seeds' processes
+        # would outlive it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 130, output[-2000:]
     assert f"continues each unfinished seed from its newest checkpoint in {tmp_path}" in output
     assert "Traceback" not in output
