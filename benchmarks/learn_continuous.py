@@ -27,6 +27,10 @@ stops it the same way, its checkpoint stored (exit status 130). A seed stopped s
 Such a run is an ordinary one of the agent's own networks: its final checkpoint is what
 the benchmark evaluates, and `seed-agents eval/export/record --logdir` load it.
 
+`--steps` counts environment steps: with an action repeat (`--env dmc:walker-walk,repeat=2`)
+the agent takes half as many steps and its run's own counters (train.csv, evaluator.csv) are
+in agent steps; the JSON gives both.
+
 `--parallel N` runs N seeds at once in separate processes (each with its TF threads
 sized for its share of the cores); Ctrl-C stops each running seed as above. Prints one
 JSON line last; measures, never asserts.
@@ -83,6 +87,25 @@ def task(agent: str, args: argparse.Namespace) -> str:
     return args.env or TASKS[agent]
 
 
+def action_repeat(agent: str, args: argparse.Namespace) -> int:
+    """Environment steps per agent step on `agent`'s task (`dmc:...,repeat=N`; else 1)."""
+    from seed_agents.envs.dmc import action_repeat_of
+
+    return action_repeat_of(task(agent, args))
+
+
+def agent_steps(agent: str, args: argparse.Namespace) -> int:
+    """The agent's steps in a budget of `--steps` environment steps: fewer by the action
+    repeat, which published step budgets count (PlaNet, CURL, DrQ)."""
+    return -(-args.steps // action_repeat(agent, args))
+
+
+def anchor_task(agent: str, args: argparse.Namespace) -> str:
+    """The task id the anchors are kept under: options (`,repeat=2`) dropped, since a
+    budget in environment steps is the same budget with or without an action repeat."""
+    return task(agent, args).split(",", 1)[0]
+
+
 def evaluate(builder: Any, networks: Any, env_id: str, episodes: int, seed: int) -> float:
     """Mean return of `episodes` deterministic episodes of the policy over `networks`."""
     from seed_agents.actors import PolicyActor
@@ -120,21 +143,23 @@ def run_seed(agent: str, seed: int, args: argparse.Namespace, threads: int) -> d
     logdir = run_directory(args, agent, seed)
     resume = bool(logdir and has_learner_checkpoint(learner_directory(logdir)))
     start = time.monotonic()
+    repeat = action_repeat(agent, args)
+    budget = agent_steps(agent, args)
     result = run_inprocess(Experiment(
         # A run with a logdir keeps the builder's own networks, so that its run.json says
         # so and `seed-agents eval/export` load it; its final checkpoint is evaluated.
         builder=builder, environment=task(agent, args),
         network_factory=None if logdir else networks,
-        num_runners=1, envs_per_runner=args.envs, max_env_steps=args.steps, seed=seed,
+        num_runners=1, envs_per_runner=args.envs, max_env_steps=budget, seed=seed,
         log_every_s=30.0, logdir=logdir, checkpoint_every_s=300.0 if logdir else None,
         resume=resume, max_wall_s=args.minutes * 60.0 if args.minutes else None),
         stream=sys.stderr)
     wall = time.monotonic() - start
-    if result.env_steps < args.steps:
-        print(f"{agent} seed {seed}: stopped at {result.env_steps:,} of {args.steps:,} env "
-              f"steps ({result.stop_reason}); run again with more --minutes to continue "
-              f"{logdir}", flush=True)
-        return {"seed": seed, "incomplete": True, "env_steps": result.env_steps}
+    if result.env_steps < budget:
+        print(f"{agent} seed {seed}: stopped at {result.env_steps * repeat:,} of "
+              f"{args.steps:,} env steps ({result.stop_reason}); run again with more "
+              f"--minutes to continue {logdir}", flush=True)
+        return {"seed": seed, "incomplete": True, "env_steps": result.env_steps * repeat}
     if logdir:
         from launch.restore import load_run
 
@@ -149,13 +174,15 @@ def run_seed(agent: str, seed: int, args: argparse.Namespace, threads: int) -> d
         # None when no training episode ended (JSON has no NaN)
         "train_mean_return": (round(result.mean_return, 1)
                               if math.isfinite(result.mean_return) else None),
-        "env_steps": result.env_steps,
+        "env_steps": result.env_steps * repeat,
+        # The run's own counters (train.csv, evaluator.csv) are in agent steps.
+        **({"agent_steps": result.env_steps, "action_repeat": repeat} if repeat > 1 else {}),
         "learner_steps": result.learner_steps,
         "wall_s": round(result.wall_s, 1),  # the run's, all its pieces
         "piece_wall_s": round(wall, 1),
         "updates_per_s": round(result.learner_steps / max(result.wall_s, 1e-9), 1),
         "samples_per_insert": round(result.learner_steps * builder.config.batch_size
-                                    / max(result.env_steps, 1), 1),
+                                    / max(result.env_steps, 1), 1),  # per agent step
     }
     print(f"{agent} seed {seed}: {out}", flush=True)
     return out
@@ -214,7 +241,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=100_000, help="env steps per run")
+    parser.add_argument("--steps", type=int, default=100_000,
+                        help="environment steps per run (agent steps times the action repeat)")
     parser.add_argument("--agents", default="sac,d4pg")
     parser.add_argument("--env", default=None,
                         help="run every chosen agent on this environment id instead of its "
@@ -296,9 +324,14 @@ def _progress_lines(args: argparse.Namespace) -> list[str]:
             except FileNotFoundError:
                 continue
             if rows:
-                lines.append(f"{agent} seed {seed}: stopped at "
-                             f"{int(float(rows[-1]['env_steps'])):,} of {args.steps:,} env "
-                             f"steps, {int(float(rows[-1]['learner_steps'])):,} learner "
+                reached = int(float(rows[-1]["env_steps"]))
+                # A seed that had reached its budget before the signal is done, not stopped.
+                how = ("finished at" if reached >= agent_steps(agent, args)
+                       else "stopped at")
+                lines.append(f"{agent} seed {seed}: {how} "
+                             f"{reached * action_repeat(agent, args):,} of "
+                             f"{args.steps:,} env steps, "
+                             f"{int(float(rows[-1]['learner_steps'])):,} learner "
                              f"steps (its run's train.csv)")
     return lines
 
@@ -401,11 +434,11 @@ def measure(args: argparse.Namespace) -> None:
         runs = by_agent[agent]
         value = statistics.median(r["eval_return"] for r in runs)
         anchors = {name: at[args.steps]
-                   for name, at in ANCHORS.get(task(agent, args), {}).items()
+                   for name, at in ANCHORS.get(anchor_task(agent, args), {}).items()
                    if args.steps in at}
         return {"env": task(agent, args), "value": round(value, 1),
                 "random_return": round(randoms[agent], 1),
-                "target": TARGETS.get(task(agent, args)), "anchors": anchors,
+                "target": TARGETS.get(anchor_task(agent, args)), "anchors": anchors,
                 "per_seed": runs}
 
     from seed_agents.utils.reference import machine_report

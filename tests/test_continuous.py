@@ -27,6 +27,7 @@ from seed_agents.agents.sac.config import SACConfig
 from seed_agents.agents.sac.learning import SACLearner
 from seed_agents.agents.sac.networks import SACNetworks, tanh_log_det_jacobian
 from seed_agents.envs import make_environment
+from seed_agents.envs.action_repeat import ActionRepeat
 from seed_agents.envs.action_scaling import CanonicalActions
 from seed_agents.losses.distributional import categorical_projection
 from seed_agents.specs import EnvironmentSpec, check_action_spec, make_environment_spec
@@ -131,6 +132,63 @@ def test_control_suite_walker_has_flat_float32_observations_and_a_truncating_tim
         make_environment("dmc:walker-fly")
     with pytest.raises(ValueError, match="dmc:<domain>-<task>"):
         make_environment("dmc:walker")
+
+
+def test_an_action_repeat_plays_the_same_episode_in_fewer_agent_steps():
+    """`dmc:walker-walk,repeat=2`: each step holds the action for two control steps, its
+    reward their sum, so an episode is 500 steps and its return the same as 1,000 steps
+    of the same actions without the repeat."""
+    actions = np.random.default_rng(0).uniform(-1, 1, (1000, 6)).astype(np.float32)
+    plain = make_environment("dmc:walker-walk", seed=4)
+    plain.reset()
+    plain_return = sum(float(plain.step(a).reward) for a in np.repeat(actions[::2], 2, 0))
+    repeated = make_environment("dmc:walker-walk,repeat=2", seed=4)
+    step, steps, total = repeated.reset(), 0, 0.0
+    while not step.last():
+        step = repeated.step(actions[2 * steps])
+        steps, total = steps + 1, total + float(step.reward)
+    assert steps == 500 and step.discount == 1.0 and step.reward.dtype == np.float32
+    assert total == pytest.approx(plain_return, rel=1e-5) and plain_return > 0.0
+    assert repeated.step(actions[0]).first()  # after the end, a reset as before
+    for bad, match in (("repeat=0", "repeat must be >= 1"), ("repeat=x", "invalid literal"),
+                       ("rep=2", "Bad option 'rep=2'")):
+        with pytest.raises(ValueError, match=match):
+            make_environment(f"dmc:walker-walk,{bad}")
+
+
+class _EndsAtStep(dm_env.Environment):
+    """Rewards 1, 2, 3, ... with discount 0.5 each step, ending (discount 0) at `end`."""
+
+    def __init__(self, end: int):
+        self._end, self._t = end, 0
+
+    def reset(self):
+        self._t = 0
+        return dm_env.restart(np.zeros(1, np.float32))
+
+    def step(self, action):
+        self._t += 1
+        reward = np.float32(self._t)
+        if self._t == self._end:
+            return dm_env.termination(reward, np.zeros(1, np.float32))
+        return dm_env.transition(reward, np.zeros(1, np.float32), np.float32(0.5))
+
+    def observation_spec(self):
+        return specs.Array((1,), np.float32)
+
+    def action_spec(self):
+        return specs.Array((), np.int32)
+
+
+def test_an_action_repeat_discounts_within_its_step_and_stops_at_a_terminal_one():
+    env = ActionRepeat(_EndsAtStep(end=5), 3)
+    env.reset()
+    first = env.step(0)  # rewards 1, 2, 3 with discounts 0.5 each: 1 + 0.5*2 + 0.25*3
+    assert first.reward == pytest.approx(2.75) and first.discount == pytest.approx(0.125)
+    last = env.step(0)  # steps 4 and 5 (terminal): the third repeat is not played
+    assert last.last() and last.reward == pytest.approx(4 + 0.5 * 5) and last.discount == 0.0
+    with pytest.raises(ValueError, match="repeats >= 1"):
+        ActionRepeat(_EndsAtStep(end=5), 0)
 
 
 def test_agents_refuse_environments_they_cannot_act_in(capsys):
@@ -407,12 +465,8 @@ def test_a_runner_counts_the_bad_actions_its_environments_clipped():
     runner.close()
 
 
-def test_learn_continuous_runs_are_the_builders_own_and_load_back(tmp_path, capsys):
-    """`benchmarks/learn_continuous.py --runs-dir` keeps the builder's networks (run.json
-    names no custom factory), evaluates the final checkpoint, and `seed-agents eval`
-    loads the run."""
+def _learn_continuous():
     import importlib.util
-    import json
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
@@ -420,6 +474,29 @@ def test_learn_continuous_runs_are_the_builders_own_and_load_back(tmp_path, caps
         "learn_continuous", root / "benchmarks" / "learn_continuous.py")
     learn_continuous = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(learn_continuous)
+    return learn_continuous
+
+
+def test_learn_continuous_counts_environment_steps_through_an_action_repeat():
+    """`--steps` is a budget of environment steps, as published budgets are: with
+    `repeat=2` the agent takes half of them, and the anchors of the plain task apply."""
+    learn_continuous = _learn_continuous()
+    args = learn_continuous.parse_args(["--agents", "mpo", "--env", "dmc:walker-walk,repeat=2",
+                                        "--steps", "100001"])
+    assert learn_continuous.action_repeat("mpo", args) == 2
+    assert learn_continuous.agent_steps("mpo", args) == 50_001  # rounded up: the whole budget
+    assert learn_continuous.anchor_task("mpo", args) == "dmc:walker-walk"
+    plain = learn_continuous.parse_args(["--agents", "mpo", "--env", "dmc:walker-walk"])
+    assert learn_continuous.agent_steps("mpo", plain) == 100_000
+
+
+def test_learn_continuous_runs_are_the_builders_own_and_load_back(tmp_path, capsys):
+    """`benchmarks/learn_continuous.py --runs-dir` keeps the builder's networks (run.json
+    names no custom factory), evaluates the final checkpoint, and `seed-agents eval`
+    loads the run."""
+    import json
+
+    learn_continuous = _learn_continuous()
     args = learn_continuous.parse_args([
         "--agents", "td3", "--env", "gym:Pendulum-v1", "--steps", "400", "--seeds", "1",
         "--envs", "2", "--eval-episodes", "1", "--runs-dir", str(tmp_path),

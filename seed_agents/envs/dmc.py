@@ -5,7 +5,10 @@ seed})`; its dict of observations is flattened into one float32 vector (the orde
 suite's own, fixed per task), and its actions go through `CanonicalActions` (the suite's
 bounds are [-1, 1] in float64: agents get float32). Episodes end the suite's way: a time
 limit (1,000 steps for the benchmark tasks) is a LAST step with discount 1, so learners
-bootstrap from its final observation.
+bootstrap from its final observation. `dmc:walker-walk,repeat=2` holds each action for two
+control steps (`ActionRepeat`), the pixel benchmarks' protocol (PlaNet, CURL, DrQ: 2 for
+walker and finger, 4 for reacher and cheetah, 8 for cartpole); a step budget in env steps
+is then twice the agent's steps.
 
 dm_control (and MuJoCo) are imported on first use, so processes without control tasks
 never load them. Without a display, MuJoCo's renderer is disabled (`MUJOCO_GL=disable`)
@@ -22,10 +25,14 @@ import dm_env
 import numpy as np
 from dm_env import specs
 
+from seed_agents.envs.action_repeat import ActionRepeat
 from seed_agents.envs.action_scaling import CanonicalActions
+from seed_agents.envs.options import parse_options
 from seed_agents.envs.wrapper import EnvironmentWrapper
 
-_USAGE = "expected 'dmc:<domain>-<task>', e.g. 'dmc:walker-walk' or 'dmc:cheetah-run'"
+_USAGE = ("expected 'dmc:<domain>-<task>[,repeat=N]', e.g. 'dmc:walker-walk' or "
+          "'dmc:cheetah-run,repeat=2' (each action held for N control steps)")
+_OPTIONS = {"repeat": ("repeat", int)}
 
 
 def _suite() -> Any:
@@ -37,12 +44,37 @@ def _suite() -> Any:
     return suite
 
 
+def _check_option(name: str, value: int) -> int:
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+def parse_dmc_options(rest: str) -> tuple[str, dict[str, Any]]:
+    """(`<domain>-<task>`, options) of the part of an id after `dmc:`; options are
+    `repeat` (the action repeat, 1 when not given)."""
+    name, _, options = rest.partition(",")
+    kwargs = parse_options(options, _OPTIONS, f"dmc:{rest}", _USAGE, check=_check_option)
+    return name, {"repeat": 1, **kwargs}
+
+
+def action_repeat_of(env_id: str) -> int:
+    """The action repeat a `dmc:` id asks for (1 for any other id): how many environment
+    steps each agent step is."""
+    prefix, _, rest = env_id.partition(":")
+    if prefix != "dmc":
+        return 1
+    return parse_dmc_options(rest)[1]["repeat"]
+
+
 def parse_dmc_id(rest: str) -> tuple[str, str]:
-    """(domain, task) of the part of an id after `dmc:`, checked against the suite.
+    """(domain, task) of the part of an id after `dmc:`, checked against the suite (and
+    its options checked: see `parse_dmc_options`).
 
     Raises:
       ValueError: For a malformed id or a task the suite does not have.
     """
+    rest, _ = parse_dmc_options(rest)
     domain, sep, task = rest.partition("-")
     if not sep or not domain or not task:
         raise ValueError(f"Bad id 'dmc:{rest}': {_USAGE}.")
@@ -92,8 +124,10 @@ class FlatObservations(EnvironmentWrapper):
 
 
 def make_dmc(rest: str, seed: int | None = None) -> dm_env.Environment:
-    """The Control Suite task named by `rest` (`<domain>-<task>`), flattened, with
-    canonical actions."""
+    """The Control Suite task named by `rest` (`<domain>-<task>[,repeat=N]`), flattened,
+    with canonical actions (and each action held for N control steps)."""
     domain, task = parse_dmc_id(rest)
+    repeat = parse_dmc_options(rest)[1]["repeat"]
     environment = _suite().load(domain, task, task_kwargs={"random": seed})
-    return CanonicalActions(FlatObservations(environment))
+    environment = CanonicalActions(FlatObservations(environment))
+    return ActionRepeat(environment, repeat) if repeat > 1 else environment

@@ -10,8 +10,9 @@ builder's business. Built in are
   `seed_agents.envs.atari`; ale-py is imported only when such an id is used);
 * `mask:<flat indices>:<id>`, e.g. `mask:1,3:gym:CartPole-v1`: the inner environment with
   those observation entries zeroed (see `seed_agents.envs.masked`);
-* `dmc:<domain>-<task>`, e.g. `dmc:walker-walk`: the DeepMind Control Suite with flat
-  float32 observations (see `seed_agents.envs.dmc`; dm_control is imported on first use);
+* `dmc:<domain>-<task>[,repeat=N]`, e.g. `dmc:walker-walk`: the DeepMind Control Suite with
+  flat float32 observations, each action held for N control steps with `repeat=N` (see
+  `seed_agents.envs.dmc`; dm_control is imported on first use);
 * `minatar:<game>[,key=value,...]`, e.g. `minatar:breakout`: MinAtar's 10x10 Atari analogues
   (see `seed_agents.envs.minatar`; the optional `minatar` package is imported on first use).
 
