@@ -118,8 +118,6 @@ def test_defaults_leave_the_learner_as_it_was():
     ({"value_normalization_decay": 1.0}, "value_normalization_decay"),
     ({"value_normalization_decay": 0.0}, "value_normalization_decay"),
     ({"kl_target": 0.0}, "kl_target must be > 0"),
-    ({"kl_target": 0.01, "anneal_steps": 100}, "cannot both be set"),
-    ({"kl_target": 0.01, "anneal_over_budget": True}, "cannot both be set"),
     ({"min_learning_rate": 1e-2, "max_learning_rate": 1e-3}, "min_learning_rate"),
     ({"min_learning_rate": 0.0}, "min_learning_rate"),
     ({"kl_target": 0.01, "learning_rate": 0.1}, r"within \[min_learning_rate"),
@@ -385,6 +383,28 @@ def test_learner_step_adapts_its_learning_rate_variable(served, kl_target, direc
     # The optimizer applies the very variable that adapts.
     assert learner.checkpoint_objects()["optimizer"].learning_rate.numpy() == pytest.approx(
         learner.learning_rate)
+
+
+def test_a_schedule_with_kl_target_anneals_the_cap_and_brings_the_rate_down_to_it(served):
+    """With `kl_target` and `anneal_steps`, the KL adapts the rate under a cap that falls
+    from `max_learning_rate` to its final fraction; a rate above the cap comes down to it
+    before the step (the KL, far under the target, would have doubled it each step)."""
+    spec, batches = served
+    config = _config(kl_target=100.0, kl_adapt_factor=2.0, learning_rate=1e-3,
+                     max_learning_rate=4e-3, anneal_steps=4, final_learning_rate_fraction=0.25,
+                     entropy_cost=0.01, final_entropy_fraction=0.5)
+    learner = _learner(_far_from_behaviour(spec, config), batches, config)
+    rows = [learner.step() for _ in range(6)]
+    caps = [row["learning_rate_cap"] for row in rows]
+    # 4e-3 x (0.25 + 0.75 x the part left of 4 steps), then the final 1e-3.
+    assert caps == pytest.approx([4e-3, 3.25e-3, 2.5e-3, 1.75e-3, 1e-3, 1e-3])
+    # Doubled by the KL after each step but never past the cap of the moment: 1e-3, 2e-3,
+    # then 4e-3 capped to 3.25e-3 and brought down to the next step's 2.5e-3, and so on.
+    assert [row["learning_rate"] for row in rows] == pytest.approx(
+        [1e-3, 2e-3, 2.5e-3, 1.75e-3, 1e-3, 1e-3])
+    assert learner.learning_rate == pytest.approx(1e-3)
+    assert [row["entropy_cost"] for row in rows] == pytest.approx(
+        [0.01, 0.00875, 0.0075, 0.00625, 0.005, 0.005])
 
 
 def _largest_change(before: list[np.ndarray], variables: list[tf.Variable]) -> float:

@@ -65,7 +65,7 @@ class VTraceConfig:
       anneal_steps: learner steps over which the learning rate and the entropy cost move
         linearly from `learning_rate` and `entropy_cost` to their final fractions, then
         stay there (PPO's and APPO's Atari schedules); None keeps both constant (unless
-        `anneal_over_budget`).
+        `anneal_over_budget`). With `kl_target` it is the learning rate's cap that moves.
       final_learning_rate_fraction: the learning rate at `anneal_steps`, as a fraction of
         `learning_rate` (0: annealed to zero, as CleanRL's PPO does over its budget).
       final_entropy_fraction: the entropy cost at `anneal_steps`, as a fraction of
@@ -96,8 +96,12 @@ class VTraceConfig:
         behaviour policy mu and the learner's policy pi (rl_games' `lr_schedule:
         adaptive`): after each learner step, KL above 2 * kl_target divides it by
         `kl_adapt_factor`, KL below kl_target / 2 multiplies it, within
-        [min_learning_rate, max_learning_rate]. It replaces `anneal_steps`'s learning
-        rate schedule (they cannot both be set). `learning_rate` is where it starts.
+        [min_learning_rate, max_learning_rate]. With a schedule (`anneal_steps`,
+        `anneal_over_budget`) the schedule anneals the cap instead of the rate: from
+        `max_learning_rate` to its `final_learning_rate_fraction`, the rate brought down
+        to the cap whenever it is above (logged as `learning_rate_cap`), so that the KL
+        brakes early and the schedule calms the end of a run. `learning_rate` is where it
+        starts.
       min_learning_rate, max_learning_rate: the bounds of the adaptive learning rate.
       torso_learning_rate_scale: the torso's (convolutions, MLP layers, a value torso)
         step size as a fraction of the learning rate, whatever sets that (fixed, annealed
@@ -222,14 +226,8 @@ class VTraceConfig:
         if not 0.0 < self.value_normalization_decay < 1.0:
             raise ValueError("value_normalization_decay must be in (0, 1), got "
                              f"{self.value_normalization_decay}.")
-        if self.kl_target is not None:
-            if self.kl_target <= 0:
-                raise ValueError(f"kl_target must be > 0 or None, got {self.kl_target}.")
-            if self.anneal_steps is not None or self.anneal_over_budget:
-                raise ValueError(
-                    "kl_target and a schedule (anneal_steps, anneal_over_budget) cannot both "
-                    "be set: each one sets the "
-                    "learning rate (adaptively on the KL, or on a schedule); choose one.")
+        if self.kl_target is not None and self.kl_target <= 0:
+            raise ValueError(f"kl_target must be > 0 or None, got {self.kl_target}.")
         if not 0.0 < self.min_learning_rate <= self.max_learning_rate:
             raise ValueError(
                 f"min_learning_rate ({self.min_learning_rate}) must be > 0 and <= "

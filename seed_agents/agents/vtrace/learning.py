@@ -322,23 +322,42 @@ class VTraceLearner(core.Learner):
             metrics["value_normalization_std"] = self._value_normalizer.std
         return metrics
 
+    def _schedule_fraction(self) -> float:
+        """How much of the schedule is left: 1 at the start, 0 from `anneal_steps` on (1
+        throughout without a schedule)."""
+        anneal_steps = self._config.anneal_steps
+        if anneal_steps is None:
+            return 1.0
+        return 1.0 - min(self.num_steps / anneal_steps, 1.0)
+
+    def learning_rate_cap(self) -> float:
+        """The adaptive learning rate's cap now: `max_learning_rate`, annealed with a
+        schedule to its `final_learning_rate_fraction` (never under the floor)."""
+        c = self._config
+        final = c.final_learning_rate_fraction
+        cap = c.max_learning_rate * (final + (1.0 - final) * self._schedule_fraction())
+        return max(cap, c.min_learning_rate)
+
     def _apply_schedules(self) -> dict[str, float]:
         c = self._config
         reuse = {"batch_reuse": float(c.sgd_steps_per_batch)}
-        if c.kl_target is not None:  # adapted after each step; anneal_steps is None
-            return {"learning_rate": self.learning_rate, "entropy_cost": c.entropy_cost,
-                    **reuse}
-        fraction = 1.0
-        if c.anneal_steps is not None:
-            progress = min(self.num_steps / c.anneal_steps, 1.0)
-            fraction = 1.0 - progress
-        learning_rate = c.learning_rate * (c.final_learning_rate_fraction
-                                           + (1.0 - c.final_learning_rate_fraction) * fraction)
+        fraction = self._schedule_fraction()
         entropy_cost = c.entropy_cost * (c.final_entropy_fraction
                                          + (1.0 - c.final_entropy_fraction) * fraction)
         if c.anneal_steps is not None:
-            self._set_learning_rate(learning_rate)
             self._entropy_cost.assign(entropy_cost)
+        if c.kl_target is not None:
+            # Adapted after each step; a schedule lowers only the cap, and a rate above the
+            # cap comes down to it before the step.
+            cap = self.learning_rate_cap()
+            if self.learning_rate > cap:
+                self._set_learning_rate(cap)
+            return {"learning_rate": self.learning_rate, "learning_rate_cap": cap,
+                    "entropy_cost": entropy_cost, **reuse}
+        learning_rate = c.learning_rate * (c.final_learning_rate_fraction
+                                           + (1.0 - c.final_learning_rate_fraction) * fraction)
+        if c.anneal_steps is not None:
+            self._set_learning_rate(learning_rate)
         return {"learning_rate": learning_rate, "entropy_cost": entropy_cost, **reuse}
 
     def close(self) -> None:
@@ -355,7 +374,7 @@ class VTraceLearner(core.Learner):
         if c.kl_target is not None:
             self._set_learning_rate(adapt_learning_rate(
                 self.learning_rate, metrics["kl"], c.kl_target, c.kl_adapt_factor,
-                c.min_learning_rate, c.max_learning_rate))
+                c.min_learning_rate, metrics["learning_rate_cap"]))
         self._num_steps.assign_add(1)
         self._network.version.assign(self._num_steps)
         counts = self._counter.increment(
