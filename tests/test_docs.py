@@ -312,6 +312,28 @@ def test_inline_benchmark_and_example_commands_name_real_flags():
     assert seen, "no inline benchmark command found: has the pattern gone stale?"
 
 
+def test_documented_agent_settings_are_fields_of_the_agents_config():
+    # `--set mpo:epsilon_mean=0.04` in running text (a benchmark's command, quoted in part
+    # where a page reports what a setting did): the agent exists and its config takes the
+    # field and value, so a renamed field cannot leave the page telling of one that is gone.
+    from launch.commands.agents import builtin_agents
+    from seed_agents.utils.overrides import parse_overrides
+
+    agents = builtin_agents()
+    pattern = re.compile(r"--set\s+(\w+):(\w+=[^\s`]+)")
+    seen = 0
+    for page in _pages():
+        for agent, setting in pattern.findall(page.read_text()):
+            where = f"{page.relative_to(ROOT)}: --set {agent}:{setting}"
+            assert agent in agents, f"{where}: no built-in agent {agent!r}"
+            try:
+                parse_overrides(agents[agent][1], [setting])
+            except ValueError as error:
+                pytest.fail(f"{where}: {error}")
+            seen += 1
+    assert seen, "no `--set agent:key=value` found: has the pattern gone stale?"
+
+
 def test_readme_is_a_short_front_page_that_starts_with_the_two_commands():
     lines = README.read_text().splitlines()
     assert len(lines) < README_MAX_LINES, f"README.md has {len(lines)} lines"
