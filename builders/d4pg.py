@@ -26,7 +26,7 @@ class D4PGBuilder(TransitionAgentBuilder):
         c = self.config
         return D4PGNetworks(env_spec.observations.shape, env_spec.action_size,
                             c.actor_hidden_sizes, c.critic_hidden_sizes, c.num_atoms,
-                            c.v_min, c.v_max)
+                            c.v_min, c.v_max, layer_norm_mlp=c.layer_norm_mlp)
 
     def make_policy(
         self, networks: D4PGNetworks, env_spec: EnvironmentSpec, evaluation: bool = False,

@@ -25,7 +25,8 @@ class SACBuilder(TransitionAgentBuilder):
     def make_networks(self, env_spec: EnvironmentSpec) -> SACNetworks:
         c = self.config
         return SACNetworks(env_spec.observations.shape, env_spec.action_size,
-                           c.actor_hidden_sizes, c.critic_hidden_sizes, c.initial_temperature)
+                           c.actor_hidden_sizes, c.critic_hidden_sizes, c.initial_temperature,
+                           layer_norm_mlp=c.layer_norm_mlp)
 
     def make_policy(
         self, networks: SACNetworks, env_spec: EnvironmentSpec, evaluation: bool = False,

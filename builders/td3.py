@@ -26,7 +26,8 @@ class TD3Builder(TransitionAgentBuilder):
     def make_networks(self, env_spec: EnvironmentSpec) -> TD3Networks:
         c = self.config
         return TD3Networks(env_spec.observations.shape, env_spec.action_size,
-                           c.actor_hidden_sizes, c.critic_hidden_sizes)
+                           c.actor_hidden_sizes, c.critic_hidden_sizes,
+                           layer_norm_mlp=c.layer_norm_mlp)
 
     def make_policy(self, networks: TD3Networks, env_spec: EnvironmentSpec,
                     evaluation: bool = False, seed: int | None = None,

@@ -191,6 +191,36 @@ def test_an_action_repeat_discounts_within_its_step_and_stops_at_a_terminal_one(
         ActionRepeat(_EndsAtStep(end=5), 0)
 
 
+@pytest.mark.parametrize("agent", ["sac", "d4pg", "td3"])
+def test_layer_norm_mlp_gives_every_network_acmes_layers_and_targets_copy_them(agent):
+    """`layer_norm_mlp=True` (an `ActorCriticConfig` field, as MPO's) puts a LayerNorm after
+    the first hidden layer of the actor and of every critic, online and target, and the
+    targets start as copies of the online networks, LayerNorm's scale and offset included."""
+    from launch.commands.agents import builtin_agents
+
+    builder_class, config_class = builtin_agents()[agent]
+    config = config_class(actor_hidden_sizes=(16, 16), critic_hidden_sizes=(16, 16),
+                          layer_norm_mlp=True)
+    spec = make_environment_spec(make_environment("gym:Pendulum-v1", seed=0))
+    networks = builder_class(config).make_networks(spec)
+    norms = [module for module in networks.submodules
+             if isinstance(module, tf.keras.layers.LayerNormalization)]
+    # SAC: actor + 2 critics + 2 target critics; D4PG: actor, critic and their targets;
+    # TD3: actor, 2 critics and their targets.
+    assert len(norms) == {"sac": 5, "d4pg": 4, "td3": 6}[agent]
+    names = sorted(v.name for v in networks.variables if "norm" in v.name)
+    targets = [n for n in names if "target" in n]
+    assert targets and len(targets) < len(names)
+    by_name = {v.name: v.numpy() for v in networks.variables}
+    for name in targets:
+        online = name.replace("target_", "")
+        np.testing.assert_array_equal(by_name[name], by_name[online])
+    plain = builder_class(dataclasses.replace(config, layer_norm_mlp=False)).make_networks(spec)
+    assert not any("norm" in v.name for v in plain.variables)
+    with pytest.raises(ValueError, match="layer_norm_mlp must be True or False"):
+        config_class(layer_norm_mlp="yes")
+
+
 def test_agents_refuse_environments_they_cannot_act_in(capsys):
     with pytest.raises(ValueError, match="continuous actions in \\[-1, 1\\]"):
         Experiment(SACBuilder(SMALL_SAC), "gym:CartPole-v1").environment_spec()

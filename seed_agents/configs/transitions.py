@@ -75,6 +75,9 @@ class ActorCriticConfig(TransitionReplayConfig):
     Fields:
       actor_hidden_sizes, critic_hidden_sizes: ReLU MLP layers of the policy and of each
         critic (a critic sees the observation and the action, concatenated).
+      layer_norm_mlp: every network's hidden layers are Acme's `LayerNormMLP` instead (the
+        first linear, then LayerNorm and tanh; ELU after; `seed_agents.networks.mlp.mlp`),
+        as Acme's control networks have them; False: ReLU layers.
       learning_rate: Adam's step for every network.
       tau: Polyak averaging step of the target networks (1 copies).
       max_gradient_norm: global-norm gradient clipping of each loss; None disables it.
@@ -82,6 +85,7 @@ class ActorCriticConfig(TransitionReplayConfig):
 
     actor_hidden_sizes: tuple[int, ...] = (256, 256)
     critic_hidden_sizes: tuple[int, ...] = (256, 256)
+    layer_norm_mlp: bool = False
     learning_rate: float = 3e-4
     tau: float = 0.005
     max_gradient_norm: float | None = None
@@ -91,6 +95,9 @@ class ActorCriticConfig(TransitionReplayConfig):
         for name in ("actor_hidden_sizes", "critic_hidden_sizes"):
             object.__setattr__(self, name, check_sizes(getattr(self, name), name))
         check_positive(self, "learning_rate")
+        if not isinstance(self.layer_norm_mlp, bool):
+            raise ValueError(f"layer_norm_mlp must be True or False, got "
+                             f"{self.layer_norm_mlp!r}.")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}.")
         if self.max_gradient_norm is not None and self.max_gradient_norm <= 0:

@@ -20,8 +20,9 @@ class D4PGConfig(ActorCriticConfig):
         100K env steps, seed 1 evaluated at 268 with half an update per step and Adam
         at 1e-4, and at 955 with these two settings (docs/continuous-control.md);
       * Adam at 3e-4 for both networks (Acme: 1e-4), SAC's step;
-      * hidden sizes (256, 256) for both networks (Acme: (256, 256, 256) and
-        (512, 512, 256)): about a third of the critic's compute per update;
+      * hidden sizes (256, 256) for both networks, ReLU layers (Acme: LayerNorm MLPs of
+        (256, 256, 256) and (512, 512, 256); `layer_norm_mlp=True` takes its kind of
+        layer): about a third of the critic's compute per update;
       * Polyak-averaged targets (tau 0.005) instead of a copy every 100 steps, the same
         target rule as SAC (`seed_agents.networks.target_updates`).
     Replay, acting and network fields are `ActorCriticConfig`'s.

@@ -30,18 +30,19 @@ class D4PGNetworks(tf.Module):
         v_min: float = -150.0,
         v_max: float = 150.0,
         name: str = "d4pg",
+        layer_norm_mlp: bool = False,
     ):
         super().__init__(name=name)
         self.action_size = action_size
         self.support = tf.constant(np.linspace(v_min, v_max, num_atoms), tf.float32)
         with self.name_scope:
             self.actor, self.target_actor = (
-                [*mlp(actor_hidden_sizes, f"{prefix}actor"),
+                [*mlp(actor_hidden_sizes, f"{prefix}actor", layer_norm_mlp),
                  tf.keras.layers.Dense(action_size, activation="tanh",
                                        name=f"{prefix}actor_out")]
                 for prefix in ("", "target_"))
             self.critic, self.target_critic = (
-                [*mlp(critic_hidden_sizes, f"{prefix}critic"),
+                [*mlp(critic_hidden_sizes, f"{prefix}critic", layer_norm_mlp),
                  tf.keras.layers.Dense(num_atoms, name=f"{prefix}critic_out")]
                 for prefix in ("", "target_"))
         observation = tf.zeros([1, *observation_shape])

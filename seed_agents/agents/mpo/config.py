@@ -81,9 +81,6 @@ class MPOConfig(ActorCriticConfig):
         E-step weighs by their expected values).
       num_atoms, v_min, v_max: the categorical critic's support (Acme's DMPO: 51 on
         [-150, 150], as D4PG's); unused by the nondistributional critic.
-      layer_norm_mlp: every network's hidden layers are Acme's `LayerNormMLP` (the first
-        linear, then LayerNorm and tanh; ELU after; `seed_agents.networks.mlp.mlp`), as
-        its control networks have them; False: ReLU layers.
     """
 
     n_step: int = 5
@@ -108,7 +105,6 @@ class MPOConfig(ActorCriticConfig):
     num_atoms: int = 51
     v_min: float = -150.0
     v_max: float = 150.0
-    layer_norm_mlp: bool = False
 
     def __post_init__(self):
         super().__post_init__()

@@ -47,15 +47,18 @@ class SACNetworks(tf.Module):
         critic_hidden_sizes: Sequence[int] = (256, 256),
         initial_temperature: float = 1.0,
         name: str = "sac",
+        layer_norm_mlp: bool = False,
     ):
         super().__init__(name=name)
         self.action_size = action_size
         with self.name_scope:
-            self.actor = [*mlp(actor_hidden_sizes, "actor"),
+            self.actor = [*mlp(actor_hidden_sizes, "actor", layer_norm_mlp),
                           tf.keras.layers.Dense(2 * action_size, name="actor_out")]
-            self.critics = [self._critic(critic_hidden_sizes, f"critic_{i}") for i in (0, 1)]
-            self.target_critics = [self._critic(critic_hidden_sizes, f"target_critic_{i}")
-                                   for i in (0, 1)]
+            self.critics = [self._critic(critic_hidden_sizes, f"critic_{i}", layer_norm_mlp)
+                            for i in (0, 1)]
+            self.target_critics = [
+                self._critic(critic_hidden_sizes, f"target_critic_{i}", layer_norm_mlp)
+                for i in (0, 1)]
             self.log_temperature = tf.Variable(np.log(initial_temperature), dtype=tf.float32,
                                                name="log_temperature")
         observation = tf.zeros([1, *observation_shape])
@@ -66,8 +69,9 @@ class SACNetworks(tf.Module):
         update_target(self.target_critic_variables, self.critic_variables)
 
     @staticmethod
-    def _critic(sizes: Sequence[int], name: str) -> list[tf.keras.layers.Layer]:
-        return [*mlp(sizes, name), tf.keras.layers.Dense(1, name=f"{name}_out")]
+    def _critic(sizes: Sequence[int], name: str,
+                layer_norm: bool = False) -> list[tf.keras.layers.Layer]:
+        return [*mlp(sizes, name, layer_norm), tf.keras.layers.Dense(1, name=f"{name}_out")]
 
     @property
     def actor_variables(self) -> list[tf.Variable]:

@@ -17,15 +17,18 @@ class TD3Networks(tf.Module):
 
     def __init__(self, observation_shape: Sequence[int], action_size: int,
                  actor_hidden_sizes: Sequence[int] = (256, 256),
-                 critic_hidden_sizes: Sequence[int] = (256, 256), name: str = "td3"):
+                 critic_hidden_sizes: Sequence[int] = (256, 256), name: str = "td3",
+                 layer_norm_mlp: bool = False):
         super().__init__(name=name)
         self.action_size = action_size
         with self.name_scope:
-            self.actor = DeterministicActor(actor_hidden_sizes, action_size, "actor")
+            self.actor = DeterministicActor(actor_hidden_sizes, action_size, "actor",
+                                            layer_norm_mlp)
             self.target_actor = DeterministicActor(actor_hidden_sizes, action_size,
-                                                   "target_actor")
-            self.critics = Critics(critic_hidden_sizes, 2, "critic")
-            self.target_critics = Critics(critic_hidden_sizes, 2, "target_critic")
+                                                   "target_actor", layer_norm_mlp)
+            self.critics = Critics(critic_hidden_sizes, 2, "critic", layer_norm_mlp)
+            self.target_critics = Critics(critic_hidden_sizes, 2, "target_critic",
+                                          layer_norm_mlp)
             self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         for actor, critics in ((self.actor, self.critics),
                                (self.target_actor, self.target_critics)):
