@@ -150,6 +150,8 @@ def test_an_action_repeat_plays_the_same_episode_in_fewer_agent_steps():
     assert steps == 500 and step.discount == 1.0 and step.reward.dtype == np.float32
     assert total == pytest.approx(plain_return, rel=1e-5) and plain_return > 0.0
     assert repeated.step(actions[0]).first()  # after the end, a reset as before
+    plain.close()
+    repeated.close()
     for bad, match in (("repeat=0", "repeat must be >= 1"), ("repeat=x", "invalid literal"),
                        ("rep=2", "Bad option 'rep=2'")):
         with pytest.raises(ValueError, match=match):
