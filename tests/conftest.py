@@ -3,7 +3,6 @@ stops what it starts."""
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 
@@ -29,10 +28,12 @@ _threads_after_collect = _START_THREADS
 
 
 # Teardowns of this check that took over `_SLOW_TEARDOWN_S`: (test, seconds waiting for
-# what the test started to go, seconds in the collection), listed in the summary. A slow
-# one costs the suite its length on one worker; the list says where to look.
+# what the test started to go, seconds in the collection, where the collection was after
+# `_SLOW_TEARDOWN_S` if it took that long), listed in the summary. A slow one costs the
+# suite its length on one worker; the list says where to look (collections of 9-95 s
+# were seen in fresh-clone runs, where ~0.15 s is usual).
 _SLOW_TEARDOWN_S = 3.0
-_SLOW_TEARDOWNS: list[tuple[str, float, float]] = []
+_SLOW_TEARDOWNS: list[tuple[str, float, float, str]] = []
 
 
 # CPU seconds per test (`pytest --cpu-durations=N` lists the N largest): the test's own
@@ -65,12 +66,13 @@ def _stops_what_it_starts(request):
     left = leaks.left_behind(before)
     waited = time.monotonic() - start
     assert not left, "the test left behind: " + "; ".join(left)
+    collected, where = 0.0, ""
     if psutil.Process().num_threads() > _threads_after_collect + _COLLECT_AFTER_NEW_THREADS:
-        gc.collect()
+        collected, where = leaks.collect_garbage(look_after_s=_SLOW_TEARDOWN_S)
         _threads_after_collect = psutil.Process().num_threads()
-    collected = time.monotonic() - start - waited
     if waited + collected > _SLOW_TEARDOWN_S:
-        _SLOW_TEARDOWNS.append((request.node.nodeid, round(waited, 1), round(collected, 1)))
+        _SLOW_TEARDOWNS.append((request.node.nodeid, round(waited, 1), round(collected, 1),
+                                where))
 
 
 # The files that take longest, longest first (durations on 2 cores): `.ci/run` hands files
@@ -125,7 +127,7 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(
             f"threads of {who}: {start} at the start, {end} at the end (operating-system "
             "threads: TensorFlow's and gRPC's own pools included)")
-    for test, waited, collected in _SLOW_TEARDOWNS:
+    for test, waited, collected, where in _SLOW_TEARDOWNS:
         terminalreporter.write_line(
             f"slow teardown of {test}: {waited} s waiting for what it started to stop, "
-            f"{collected} s collecting garbage")
+            f"{collected} s collecting garbage" + (f" (in {where})" if where else ""))

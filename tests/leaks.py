@@ -18,8 +18,12 @@ mistaken for the old process.
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
+import gc
 import multiprocessing.resource_tracker
 import os
+import re
+import tempfile
 import threading
 import time
 
@@ -88,6 +92,37 @@ def left_behind(before: Snapshot, wait_s: float = WAIT_S) -> list[str]:
             found.append(f"process {pid}")
     found += [f"listening socket {ip}:{port}" for ip, port in listening]
     return found
+
+
+def collect_garbage(look_after_s: float) -> tuple[float, str]:
+    """A full collection: (its seconds, where the calling thread was `look_after_s` into
+    it, or "" if it ended sooner).
+
+    A collection with TensorFlow loaded takes ~0.15 s; one that takes minutes is a
+    finalizer that waits (a freed server joining its threads, a writer flushing to a
+    server that is gone). faulthandler's watchdog dumps every thread's stack once that
+    long has passed; the innermost frames of the collecting thread name that finalizer,
+    or end in this function when the wait is in native code.
+    """
+    ident = threading.get_ident()
+    with tempfile.TemporaryFile("w+") as dump:
+        start = time.monotonic()
+        faulthandler.dump_traceback_later(look_after_s, file=dump)
+        try:
+            gc.collect()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        seconds = time.monotonic() - start
+        dump.seek(0)
+        text = dump.read()
+    frames, ours = [], False
+    for line in text.splitlines():
+        if header := re.match(r"(?:Current thread|Thread) (0x[0-9a-f]+)", line):
+            ours = int(header.group(1), 16) == ident
+        elif ours and (frame := re.match(r'\s*File "(.+)", line (\d+) in (\S+)', line)):
+            path = "/".join(frame.group(1).split(os.sep)[-2:])
+            frames.append(f"{path}:{frame.group(2)} in {frame.group(3)}")
+    return seconds, "; ".join(frames[:3])
 
 
 def files_holding(root: str | os.PathLike[str], secret: str) -> list[str]:

@@ -1,0 +1,32 @@
+"""The suite's own checks (`tests/leaks.py`): a slow garbage collection says where it was."""
+
+from __future__ import annotations
+
+import gc
+import time
+
+from tests import leaks
+
+
+class _SlowToFree:
+    """Refers to itself, so only a collection frees it; its finalizer waits, as a freed
+    server joining its threads does."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.cycle = seconds, self
+
+    def __del__(self):
+        time.sleep(self.seconds)
+
+
+def test_a_slow_collection_names_the_finalizer_it_was_in():
+    gc.disable()  # no automatic collection may free it before the one measured
+    try:
+        _SlowToFree(1.0)
+        seconds, where = leaks.collect_garbage(look_after_s=0.3)
+    finally:
+        gc.enable()
+    assert seconds >= 1.0
+    assert where.startswith("tests/test_leaks.py:") and "in __del__" in where
+    seconds, where = leaks.collect_garbage(look_after_s=30.0)
+    assert seconds < 30.0 and where == ""
