@@ -28,8 +28,8 @@ _threads_after_collect = _START_THREADS
 
 
 # Teardowns of this check that took over `_SLOW_TEARDOWN_S`: (test, seconds waiting for
-# what the test started to go, seconds in the collection, where the collection was after
-# `_SLOW_TEARDOWN_S` if it took that long), listed in the summary. A slow one costs the
+# what the test started to go, seconds in the collection, where the collection spent them,
+# looked at each second), listed in the summary. A slow one costs the
 # suite its length on one worker; the list says where to look (collections of 9-95 s
 # were seen in fresh-clone runs, where ~0.15 s is usual).
 _SLOW_TEARDOWN_S = 3.0
@@ -68,7 +68,7 @@ def _stops_what_it_starts(request):
     assert not left, "the test left behind: " + "; ".join(left)
     collected, where = 0.0, ""
     if psutil.Process().num_threads() > _threads_after_collect + _COLLECT_AFTER_NEW_THREADS:
-        collected, where = leaks.collect_garbage(look_after_s=_SLOW_TEARDOWN_S)
+        collected, where = leaks.collect_garbage(look_every_s=1.0)
         _threads_after_collect = psutil.Process().num_threads()
     if waited + collected > _SLOW_TEARDOWN_S:
         _SLOW_TEARDOWNS.append((request.node.nodeid, round(waited, 1), round(collected, 1),

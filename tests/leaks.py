@@ -17,6 +17,7 @@ mistaken for the old process.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import faulthandler
 import gc
@@ -94,20 +95,21 @@ def left_behind(before: Snapshot, wait_s: float = WAIT_S) -> list[str]:
     return found
 
 
-def collect_garbage(look_after_s: float) -> tuple[float, str]:
-    """A full collection: (its seconds, where the calling thread was `look_after_s` into
-    it, or "" if it ended sooner).
+def collect_garbage(look_every_s: float) -> tuple[float, str]:
+    """A full collection: (its seconds, where the calling thread spent it, or "" if it
+    ended within `look_every_s`).
 
-    A collection with TensorFlow loaded takes ~0.15 s; one that takes minutes is a
+    A collection with TensorFlow loaded takes ~0.15 s; one that takes many seconds is a
     finalizer that waits (a freed server joining its threads, a writer flushing to a
-    server that is gone). faulthandler's watchdog dumps every thread's stack once that
-    long has passed; the innermost frames of the collecting thread name that finalizer,
-    or end in this function when the wait is in native code.
+    server that is gone) or a heap the collector walks slowly on a loaded machine.
+    faulthandler's watchdog dumps every thread's stack each `look_every_s`; the calling
+    thread's innermost frames seen most often name the Python finalizer, or end in this
+    function when the time went in native code (the walk, or a C++ destructor).
     """
     ident = threading.get_ident()
     with tempfile.TemporaryFile("w+") as dump:
         start = time.monotonic()
-        faulthandler.dump_traceback_later(look_after_s, file=dump)
+        faulthandler.dump_traceback_later(look_every_s, repeat=True, file=dump)
         try:
             gc.collect()
         finally:
@@ -115,14 +117,23 @@ def collect_garbage(look_after_s: float) -> tuple[float, str]:
         seconds = time.monotonic() - start
         dump.seek(0)
         text = dump.read()
-    frames, ours = [], False
+    stacks: list[list[str]] = []
+    ours = False
     for line in text.splitlines():
-        if header := re.match(r"(?:Current thread|Thread) (0x[0-9a-f]+)", line):
+        if line.startswith("Timeout"):  # one dump of every thread begins
+            ours = False
+        elif header := re.match(r"(?:Current thread|Thread) (0x[0-9a-f]+)", line):
             ours = int(header.group(1), 16) == ident
+            if ours:
+                stacks.append([])
         elif ours and (frame := re.match(r'\s*File "(.+)", line (\d+) in (\S+)', line)):
             path = "/".join(frame.group(1).split(os.sep)[-2:])
-            frames.append(f"{path}:{frame.group(2)} in {frame.group(3)}")
-    return seconds, "; ".join(frames[:3])
+            stacks[-1].append(f"{path}:{frame.group(2)} in {frame.group(3)}")
+    if not stacks:
+        return seconds, ""
+    tops = collections.Counter("; ".join(stack[:2]) for stack in stacks)
+    top, count = tops.most_common(1)[0]
+    return seconds, f"{top} ({count} of {len(stacks)} looks)"
 
 
 def files_holding(root: str | os.PathLike[str], secret: str) -> list[str]:
