@@ -2,7 +2,8 @@
 walker-walk (each agent's task; `--env` runs every chosen agent on another).
 
     python benchmarks/learn_continuous.py [--seeds 3] [--steps 100000] [--agents sac,d4pg,td3]
-                                          [--env ENV] [--parallel 1] [--set sac:key=value ...]
+                                          [--env ENV] [--parallel 1] [--preset mpo:dmpo ...]
+                                          [--set sac:key=value ...]
                                           [--results-dir DIR]
 
 Each run is the in-process backend with central inference (runner threads call the
@@ -255,6 +256,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="keep each seed's figures here and reuse those already there")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="AGENT:KEY=VALUE", help="e.g. sac:batch_size=128")
+    parser.add_argument("--preset", dest="presets", action="append", default=[],
+                        metavar="AGENT:NAME",
+                        help="an agent's named settings, as `seed-agents train --preset` "
+                             "takes them (e.g. mpo:dmpo_large); --set values win over them")
     parser.add_argument("--runs-dir", default=None,
                         help="keep each seed's run (checkpoints) here, continuing one that "
                              "is there: pieces with --minutes")
@@ -271,7 +276,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown agents {sorted(unknown)}; choose from {sorted(known)} (with "
                      "--env: any shipped agent)")
+    try:
+        args.overrides = with_presets(args.presets, args.overrides)
+    except ValueError as e:
+        parser.error(str(e))
     return args
+
+
+def with_presets(presets: list[str], overrides: list[str]) -> list[str]:
+    """`--set` values with each `--preset AGENT:NAME` spelled out before them, one value per
+    agent and key (the last named wins): the expanded form is what a seed's settings record,
+    so a run under a preset and one under the same values by `--set` are the same settings."""
+    from launch.commands.cli import PRESETS
+
+    items = []
+    for preset in presets:
+        agent, _, name = preset.partition(":")
+        if name not in PRESETS.get(agent, {}):
+            known = ", ".join(f"{a}:{n}" for a in sorted(PRESETS) for n in sorted(PRESETS[a]))
+            raise ValueError(f"--preset {preset!r} is no agent's preset; presets: {known}")
+        items += [f"{agent}:{item}" for item in PRESETS[agent][name]]
+    last: dict[str, str] = {}
+    for item in [*items, *overrides]:
+        last[item.split("=", 1)[0]] = item
+    return list(last.values())
 
 
 def _raise_keyboard_interrupt_once(signum: int, frame: Any) -> None:
@@ -465,7 +493,8 @@ def measure(args: argparse.Namespace) -> None:
                       "target set for this task)",
         "machine": machine_report("float32"),
         "config": {"steps": args.steps, "envs": args.envs, "eval_episodes":
-                   args.eval_episodes, "parallel": args.parallel, "overrides": args.overrides},
+                   args.eval_episodes, "parallel": args.parallel, "presets": args.presets,
+                   "overrides": args.overrides},
     }))
 
 

@@ -230,6 +230,9 @@ def test_every_preset_builds_its_agents_config():
     assert built[("mpo", "acme_baseline")].n_step == 4
     assert built[("mpo", "dmpo")].critic_type == "categorical"
     assert built[("mpo", "dmpo")].epsilon_mean == 0.01
+    assert built[("mpo", "dmpo_large")].critic_type == "categorical"
+    assert built[("mpo", "dmpo_large")].actor_hidden_sizes == (256, 256, 256)
+    assert built[("mpo", "dmpo_large")].critic_hidden_sizes == (512, 512, 256)
 
 
 def test_train_help_lists_a_plugins_config_fields(plugin, capsys):

@@ -522,6 +522,29 @@ def test_learn_continuous_counts_environment_steps_through_an_action_repeat():
     assert learn_continuous.agent_steps("mpo", plain) == 100_000
 
 
+def test_learn_continuous_spells_out_a_preset_before_the_set_values(capsys):
+    """`--preset mpo:dmpo_large` is the preset's values as `--set` would give them, a later
+    `--set` of the same key winning: a seed run either way has the same settings (so
+    `--results-dir` reuses it), and an unknown preset is refused naming the known ones."""
+    from seed_agents.agents.mpo.presets import DMPO_LARGE
+
+    learn_continuous = _learn_continuous()
+    task = ["--agents", "mpo", "--env", "dmc:finger-spin"]
+    args = learn_continuous.parse_args([*task, "--preset", "mpo:dmpo_large",
+                                        "--set", "mpo:n_step=5"])
+    assert "mpo:critic_hidden_sizes=512,512,256" in args.overrides
+    assert "mpo:n_step=5" in args.overrides and "mpo:n_step=4" not in args.overrides
+    spelled = [arg for item in DMPO_LARGE if not item.startswith("n_step=")
+               for arg in ("--set", f"mpo:{item}")]
+    by_set = learn_continuous.parse_args([*task, *spelled, "--set", "mpo:n_step=5"])
+    assert (learn_continuous.seed_settings("mpo", args)
+            == learn_continuous.seed_settings("mpo", by_set))
+    for wrong in ("mpo:dmpo_huge", "dmpo_large"):
+        with pytest.raises(SystemExit):
+            learn_continuous.parse_args([*task, "--preset", wrong])
+        assert "mpo:dmpo_large" in capsys.readouterr().err
+
+
 def test_learn_continuous_runs_are_the_builders_own_and_load_back(tmp_path, capsys):
     """`benchmarks/learn_continuous.py --runs-dir` keeps the builder's networks (run.json
     names no custom factory), evaluates the final checkpoint, and `seed-agents eval`
