@@ -35,8 +35,9 @@ DMPO_LARGE: tuple[str, ...] = (
 An update costs ~2.4 times `dmpo`'s (the 512-wide critic at 20 x 256 sampled pairs): ~22
 updates/s on two cores, ~66 minutes per 100K env steps. At 100K env steps: finger-spin
 seeds 0 / 1 826.2 / 916.3, both above State SAC's 811 (`dmpo`: 926.0 / 762.3); reacher-easy
-seeds 0 / 1 693.7 / 771.7 against its 746 (`dmpo`: 970.2 / 897.5). All figures:
-docs/continuous-control.md."""
+seeds 0 / 1 / 2 693.7 / 771.7 / 938.9, median 771.7 against its 746 (`dmpo`: 970.2 / 897.5 /
+959.6): two of the three tasks above State SAC at 100K under this one preset (walker-walk
+not run with it). All figures: docs/continuous-control.md."""
 
 MPO_PRESETS: dict[str, tuple[str, ...]] = {
     "acme_baseline": ACME_BASELINE,
