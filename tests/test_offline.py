@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import reverb
 
 from builders.bc import BCBuilder
 from builders.cql import CQLBuilder
@@ -100,6 +102,38 @@ def test_continuous_offline_agents_train_and_evaluate_on_pendulum(pendulum_recor
         last = list(csv.DictReader(f))[-1]
     loss = last.get("critic_loss") or last["loss"]  # the critics', BC's own
     assert np.isfinite(float(loss)) and np.isfinite(float(last.get("actor_loss") or 0.0))
+
+
+@dataclasses.dataclass
+class _BCNotingItsClose(BCBuilder):
+    """BC whose learner, as it is closed, asks its replay for its tables first."""
+
+    closes: list = dataclasses.field(default_factory=list)
+
+    def make_learner(self, networks, replay_address, counter=None, logger=None):
+        learner = super().make_learner(networks, replay_address, counter, logger)
+        close = learner.close
+
+        def close_while_the_replay_answers():
+            # Raises once the server has stopped: the test then fails naming it.
+            self.closes.append(reverb.Client(replay_address).server_info(timeout=30))
+            close()
+
+        learner.close = close_while_the_replay_answers
+        return learner
+
+
+def test_an_offline_run_closes_its_learner_while_the_replay_is_up(pendulum_recording,
+                                                                  tmp_path):
+    # The learner's dataset streams must close before the replay stops: left to the
+    # garbage collector after it, each blocks a collection for tens of seconds.
+    path, _ = pendulum_recording
+    builder = _BCNotingItsClose(BCConfig(batch_size=16, hidden_sizes=(16,)))
+    experiment = Experiment(builder=builder, environment="gym:Pendulum-v1", dataset=str(path),
+                            max_learner_steps=5, logdir=str(tmp_path / "bc"),
+                            evaluate_every_s=None)
+    run_offline(experiment, stream=io.StringIO(), final_eval_episodes=0)
+    assert len(builder.closes) == 1 and builder.closes[0]  # the replay named its table
 
 
 def test_td3_bc_trains_offline_from_the_command_line(pendulum_recording, tmp_path, capsys):

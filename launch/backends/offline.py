@@ -163,6 +163,12 @@ def run_offline(experiment: Experiment, stream: TextIO | None = None,
         for part in (logger, learner_logger, evaluator):
             if part is not None:
                 part.close()
+        if learner is not None:
+            # Its dataset's streams close while the replay is still up: the checkpointer
+            # keeps the learner alive past `del`, and an iterator the garbage collector
+            # finds after its server stopped blocks that collection in its destructor
+            # (76 s in a test's teardown, where the next gc.collect found it).
+            learner.close()
         del learner
         replay.server.stop()
     wall = clock.elapsed_s()
