@@ -163,14 +163,17 @@ def run_offline(experiment: Experiment, stream: TextIO | None = None,
         for part in (logger, learner_logger, evaluator):
             if part is not None:
                 part.close()
-        if learner is not None:
-            # Its dataset's streams close while the replay is still up: the checkpointer
-            # keeps the learner alive past `del`, and an iterator the garbage collector
-            # finds after its server stopped blocks that collection in its destructor
-            # (76 s in a test's teardown, where the next gc.collect found it).
-            learner.close()
-        del learner
-        replay.server.stop()
+        try:
+            if learner is not None:
+                # Its dataset's streams close while the replay is still up: the
+                # checkpointer keeps the learner alive past `del`, and an iterator the
+                # garbage collector finds after its server stopped blocks that collection
+                # in its destructor (76 s in a test's teardown, where the next
+                # gc.collect found it).
+                learner.close()
+        finally:
+            del learner
+            replay.server.stop()  # also when closing the learner failed
     wall = clock.elapsed_s()
     result = OfflineResult(replay=replay.summary(), learner_steps=_learner_steps(counter),
                            wall_s=wall, stop_reason=reason, eval_returns=tuple(returns),
