@@ -353,3 +353,13 @@ def test_clipped_surrogate_clips_ratios_in_the_direction_of_the_advantage():
     masked = clipped_surrogate_loss(log_rhos, advantages, 0.2,
                                     np.array([[1, 1, 0, 0]], np.float32))
     np.testing.assert_allclose(masked.numpy(), -(0.5 + 1.2) / 2, rtol=1e-6)
+
+
+def test_clip_fraction_counts_the_ratios_outside_the_band_over_valid_samples():
+    from seed_agents.losses.policy_gradient import clip_fraction
+
+    log_rhos = np.log(np.array([[0.5, 1.5, 1.05, 0.95]], np.float32))
+    assert clip_fraction(log_rhos, 0.2).numpy() == pytest.approx(0.5)
+    assert clip_fraction(log_rhos, 0.6).numpy() == pytest.approx(0.0)
+    mask = np.array([[1, 0, 1, 1]], np.float32)  # the masked 1.5 does not count
+    assert clip_fraction(log_rhos, 0.2, mask).numpy() == pytest.approx(1 / 3)

@@ -106,6 +106,11 @@ def test_learner_trains_on_unrolls_served_by_central_inference(options):
         assert np.isfinite(metrics["loss"]) and metrics["gradient_norm"] > 0
         assert metrics["value_std"] > 0  # the fake env's observations differ
         assert -np.inf < metrics["explained_variance"] <= 1.0
+        # PPO's clip reports how much of the batch it held back; without it, nothing.
+        if config.ppo_clip is None:
+            assert "clip_fraction" not in metrics
+        else:
+            assert 0.0 <= metrics["clip_fraction"] <= 1.0
         # The policy reads the learner's variables: its output moved without any copy.
         after = policy.step(obs, np.zeros(1, np.int32), policy.initial_state(1))[1]["logits"]
         assert not np.allclose(before, after)

@@ -124,6 +124,18 @@ def clipped_surrogate_loss(
     return -masked_mean(surrogate, mask)
 
 
+def clip_fraction(log_rhos: tf.Tensor, epsilon: float,
+                  mask: tf.Tensor | None = None) -> tf.Tensor:
+    """The fraction of samples whose ratio pi/mu lies outside PPO's [1 - eps, 1 + eps].
+
+    Read beside the KL: a sample outside the band gives the clipped objective no gradient
+    on its side, so when most of a batch is out, more steps on it (or a larger step size)
+    no longer move the policy, whatever the advantages say.
+    """
+    outside = tf.cast(tf.abs(tf.exp(log_rhos) - 1.0) > epsilon, tf.float32)
+    return masked_mean(outside, mask)
+
+
 def kl_divergence(p_logits: tf.Tensor, q_logits: tf.Tensor,
                   mask: tf.Tensor | None = None) -> tf.Tensor:
     """masked_mean(KL(p || q)) = masked_mean(sum_a p_a (log p_a - log q_a)), p, q softmaxes.

@@ -257,6 +257,8 @@ class VTraceLearner(core.Learner):
             **feature_health(f.features[:-1], mask),
             _VALID_ROWS: tf.reduce_sum(mask),
         }
+        if c.ppo_clip is not None:
+            metrics["clip_fraction"] = losses.clip_fraction(f.log_rhos, c.ppo_clip, mask)
         extras = f.rows[unrolls.EXTRAS]
         if POLICY_VERSION in extras:  # policies of other agents may not stamp versions
             acted = tf.cast(extras[POLICY_VERSION][:-1], tf.float32)
