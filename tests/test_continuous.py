@@ -435,8 +435,8 @@ def test_a_custom_agent_writes_unrolls_of_float_actions():
     from seed_agents.replay import make_dataset, queue_table, unroll_signature
 
     class Counting(core.Learner):
-        def __init__(self, dataset):
-            self.batches = Batches(dataset)
+        def __init__(self, dataset, batch_size):
+            self.batches = Batches(dataset, batch_size)
             self.seen = []
 
         def step(self):
@@ -463,7 +463,7 @@ def test_a_custom_agent_writes_unrolls_of_float_actions():
             return [queue_table(self.table, 32, signature)]
 
         def make_learner(self, networks, replay_address, counter=None, logger=None):
-            self.learner = Counting(make_dataset(replay_address, self.table, 2))
+            self.learner = Counting(make_dataset(replay_address, self.table, 2), 2)
             return self.learner
 
     builder = CustomBuilder()

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 import reverb
+import tensorflow as tf
 from dm_env import specs
 
 from seed_agents.replay import (
@@ -186,6 +187,67 @@ def test_dataset_batches_unrolls_and_ends_on_timeout(server, writer):
     assert data[u.START_STATE][0].shape == (2, 1)
 
 
+def test_dataset_keeps_the_partial_batch_before_a_timeout(server, writer):
+    """A queue's sample removes the item: a partial batch dropped at the dataset's end
+    would be experience lost."""
+    adder = UnrollAdder(writer, 3, T, row_spec(SPEC, EXTRAS), STATE)
+    for step in range(T + 1):
+        adder.add(np.arange(3), _rows(np.full(3, step)), (np.zeros((3, 1), np.float32),))
+    writer.flush()
+    dataset = make_dataset(f"localhost:{server.port}", "q", batch_size=2,
+                           rate_limiter_timeout_ms=200)
+    assert [len(batch.info.key) for batch in dataset] == [2, 1]
+
+
+def test_batches_carry_a_partial_batch_into_the_next_and_lose_no_unroll(server, writer):
+    """Unrolls arrive in bursts (every environment of a runner ends one at the same step);
+    a timeout between bursts must not cost the burst's rows, and the learner still gets
+    full batches, oldest rows first."""
+    from seed_agents.learning.batches import Batches
+
+    adder = UnrollAdder(writer, 3, T, row_spec(SPEC, EXTRAS), STATE)
+    state = (np.zeros((3, 1), np.float32),)
+
+    def burst(first_step: int, steps: int) -> None:
+        # Slot k's rows carry 100 k + step: an unroll's first observation names it.
+        for step in range(first_step, first_step + steps):
+            adder.add(np.arange(3), _rows(100 * np.arange(3) + step), state)
+        writer.flush()
+
+    def first_observations(batch) -> list[int]:
+        return [int(x) for x in batch.data[u.OBSERVATION][:, 0, 0].numpy()]
+
+    burst(0, T + 1)  # three unrolls, starting at step 0
+    batches = Batches(make_dataset(f"localhost:{server.port}", "q", batch_size=2,
+                                   rate_limiter_timeout_ms=50), 2)
+    seen = first_observations(batches.next())
+    assert batches.next() is None and batches.carried == 1  # the third waits
+    burst(T + 1, T)  # three more, starting at step T (unrolls overlap by one row)
+    tries = 0
+    while len(seen) < 6 and tries < 100:  # counted tries: slow cores may time out first
+        batch = batches.next()
+        tries += 1
+        if batch is not None:
+            assert len(batch.info.key) == 2
+            seen += first_observations(batch)
+    assert sorted(seen) == [0, 3, 100, 103, 200, 203]  # each unroll once, none lost
+    assert seen.index(200) == 2  # the carried row went first into the next batch
+    assert batches.carried == 0
+    batches.close()
+
+
+def test_batches_take_the_batch_size_from_the_dataset_or_need_it():
+    from seed_agents.learning.batches import Batches
+
+    full = Batches(tf.data.Dataset.range(6).batch(2, drop_remainder=True))
+    assert full.next().numpy().tolist() == [0, 1]
+    full.close()
+    with pytest.raises(ValueError, match="needs batch_size"):
+        Batches(tf.data.Dataset.range(6).batch(2))
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+        Batches(tf.data.Dataset.range(6).batch(2), 0)
+
+
 def test_batches_start_anew_after_a_timeout_and_destroy_the_spent_iterator_elsewhere(
         server, writer):
     """A timed-out iterator's destructor waits for its sample requests (seconds on busy
@@ -206,7 +268,7 @@ def test_batches_start_anew_after_a_timeout_and_destroy_the_spent_iterator_elsew
     add_one_unroll_per_slot()
     add_one_unroll_per_slot()  # the first T rows close no unroll (it needs T + 1)
     batches = Batches(make_dataset(f"localhost:{server.port}", "q", batch_size=2,
-                                   rate_limiter_timeout_ms=50))
+                                   rate_limiter_timeout_ms=50), 2)
     assert batches.next() is not None
     destroyed = threading.Event()
 

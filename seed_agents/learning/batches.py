@@ -4,6 +4,10 @@
 empty queue, a rate limiter holding samples back), so that a learner loop regains control
 to see a stop request. Every learner handles that the same way: start a new iterator and
 report "no batch this time".
+
+The batch before such an end may be partial: its items have left the table (a queue's
+sample removes them), so they are carried into the next batch instead of dropped, and
+every batch a learner gets has the full `batch_size` rows, in the order they were sampled.
 """
 
 from __future__ import annotations
@@ -13,22 +17,81 @@ import time
 from typing import Any
 
 import tensorflow as tf
+import tree
 
 _RETIRE_WAIT_S = 2.0
 _TIMEOUTS = (StopIteration, tf.errors.OutOfRangeError, tf.errors.DeadlineExceededError)
 
 
-class Batches:
-    """`next()` gives the dataset's next element, or None when sampling timed out."""
+def _rows(element: Any) -> int:
+    return int(tree.flatten(element)[0].shape[0])
 
-    def __init__(self, dataset: tf.data.Dataset):
+
+def _concat(first: Any, second: Any) -> Any:
+    return tree.map_structure(lambda a, b: tf.concat([a, b], axis=0), first, second)
+
+
+def _split(element: Any, rows: int) -> tuple[Any, Any]:
+    return (tree.map_structure(lambda x: x[:rows], element),
+            tree.map_structure(lambda x: x[rows:], element))
+
+
+class Batches:
+    """`next()` gives the dataset's next batch of `batch_size` rows, or None when sampling
+    timed out.
+
+    `batch_size` defaults to the dataset's static leading dimension; a dataset that may
+    end on a partial batch (`make_dataset`'s) has none, and needs it given. Rows of a
+    partial batch wait in `carried` (in sampling order) and go first into the next batch;
+    while some wait, each batch is assembled by one concatenation (a copy of the batch:
+    measured in `benchmarks/batch_carry.py`), where a full batch alone passes through
+    untouched. Rows still carried at `close` are dropped: the program is stopping.
+    """
+
+    def __init__(self, dataset: tf.data.Dataset, batch_size: int | None = None):
+        if batch_size is None:
+            leading = {spec.shape[0] if spec.shape.rank else None
+                       for spec in tree.flatten(dataset.element_spec)}
+            if len(leading) != 1 or None in leading:
+                raise ValueError(
+                    "Batches needs batch_size: the dataset's elements have no static "
+                    f"leading dimension ({sorted(map(str, leading))}).")
+            batch_size = leading.pop()
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
         self._dataset = dataset
+        self._batch_size = batch_size
         self._iterator = iter(dataset)
         self._retiring: list[threading.Thread] = []
+        self._carried: Any | None = None
+
+    @property
+    def carried(self) -> int:
+        """Rows of a partial batch waiting for the next one."""
+        return 0 if self._carried is None else _rows(self._carried)
 
     def next(self) -> Any | None:
         if self._iterator is None:
             raise RuntimeError("Batches.next after close.")
+        while True:
+            element = self._pull()
+            if element is None:
+                return None
+            if self._carried is not None:
+                element = _concat(self._carried, element)
+                self._carried = None
+            rows = _rows(element)
+            if rows == self._batch_size:
+                return element
+            if rows > self._batch_size:
+                element, self._carried = _split(element, self._batch_size)
+                return element
+            # A partial batch: the dataset ends next (its sampling timed out). Keep the
+            # rows and pull on: the end comes at once and hands the caller its None.
+            self._carried = element
+
+    def _pull(self) -> Any | None:
+        """The iterator's next element, or None (and a new iterator) at its end."""
         try:
             return next(self._iterator)
         except _TIMEOUTS:
@@ -65,6 +128,7 @@ class Batches:
         save (the end of most Atari pieces; py-spy showed the learner here for 5 s). The wait is
         bounded because a stopping node's time is bounded; a destructor still running
         finishes on its daemon thread."""
+        self._carried = None
         if self._iterator is not None:
             live, self._iterator = [self._iterator], None
             self._retire(live)

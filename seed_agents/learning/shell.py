@@ -43,7 +43,7 @@ class BatchLearner(core.Learner):
         samples_per_insert: SamplesPerInsert | None = None,
     ):
         self._networks = networks
-        self._batches = Batches(dataset)
+        self._batches = Batches(dataset, batch_size)
         self._batch_size = batch_size
         self._counter = counter or Counter()
         self._logger = logger or NoOpLogger()

@@ -60,7 +60,7 @@ class R2D2Learner(core.Learner):
     ):
         self._network = network
         self._target_network = network.clone()
-        self._batches = Batches(dataset)
+        self._batches = Batches(dataset, config.batch_size)
         self._client = client
         self._table = table
         self._config = config

@@ -119,7 +119,7 @@ class VTraceLearner(core.Learner):
         logger: Logger | None = None,
     ):
         self._network = network
-        self._batches = Batches(dataset)
+        self._batches = Batches(dataset, config.batch_size)
         self._config = config
         self._counter = counter or Counter()
         self._logger = logger or NoOpLogger()
