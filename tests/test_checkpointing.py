@@ -400,6 +400,12 @@ def test_a_killed_run_resumes_its_learner_counts_and_replay(tmp_path):
         run_local_mp(Experiment(VTraceBuilder(), "fake:obs=4", logdir=str(logdir)))
     assert _snapshot(logdir) == before
 
+    # The resumed run appends to the first run's node logs; its console shows only its
+    # own lines (the replay logs this line once per start of its checkpointer).
+    opened = "Initializing TFRecordCheckpointer in"
+    replay_log = logdir / "logs" / "replay.log"
+    first_count = replay_log.read_text().count(opened)
+    assert first_count >= 1
     budget = saved.counts["env_steps"] + 1_500
     second = _start([str(script), str(logdir), str(budget), "resume"], tmp_path, env,
                     tmp_path / "second.out")
@@ -417,6 +423,7 @@ def test_a_killed_run_resumes_its_learner_counts_and_replay(tmp_path):
     assert int(line[3]) == saved.counts["env_steps"]
     assert int(line[4]) == replay_items
     assert "step budget" in output
+    assert output.count(opened) == replay_log.read_text().count(opened) - first_count
     # Saved at shutdown; or, when the stop's 10 s ran out before that save on a CPU
     # shared with other work (seen with the suite and two busy loops on 2 cores), the
     # timer's last checkpoint, a few steps earlier.

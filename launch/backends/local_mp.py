@@ -18,7 +18,10 @@ Stopping (budget reached, Ctrl-C, an error) sends SIGTERM to runners first and t
 last, waits up to 10 s in all, then kills what is left. The replay keeps its last 2 s
 whatever the learner does: a learner blocked in a Reverb call (one that only returns once
 the replay is gone, so that it never sees its SIGTERM) still leaves the replay time to
-stop, which also frees the learner.
+stop, which also frees the learner. One exception to the 10 s: a learner still computing
+when its share runs out (a step of a large network on a slow CPU takes a minute; killed,
+it would lose everything since its last timed checkpoint) is waited for while it computes,
+up to 5 minutes, saying so on the console; a second Ctrl-C stops it at once.
 """
 
 from __future__ import annotations
@@ -63,6 +66,11 @@ _LAST_GROUP_S = 2.0  # of _STOP_TIMEOUT_S, kept for the last group to stop (the 
 _MAX_BACKOFF_S = 30.0
 _SLOW_STOP_S = 5.0  # a stop slower than this names each node's time in the console
 _ORPHAN_GRACE_S = 60.0  # a stopping learner may still save a checkpoint on a busy machine
+_BUSY_LEARNER_S = 300.0  # the longest a stop waits for a learner that is still computing
+# A process that used at least this share of one core over the last look is computing (a
+# step, a save); one blocked in a Reverb or gRPC call uses next to none.
+_BUSY_CPU_SHARE = 0.2
+_BUSY_LOOK_S = 1.0
 _STOP_ORDER = ("runner", "evaluator", "learner", "replay")
 
 
@@ -124,12 +132,18 @@ def _stop_when_orphaned(parent: int, stop_event: threading.Event) -> None:
 
 
 class _Console:
-    """Copies every node's new log lines to the console, prefixed with the node's name."""
+    """Copies every node's new log lines to the console, prefixed with the node's name.
+
+    New: written after it started. A resumed run appends to its earlier pieces' logs,
+    whose lines the console showed then; shown again they would read as this run's (an
+    old "resumed from" line before the new one).
+    """
 
     def __init__(self, logs: Path, stream: TextIO):
         self._logs = logs
         self._stream = stream
-        self._offsets: dict[Path, int] = {}
+        self._offsets: dict[Path, int] = {path: path.stat().st_size
+                                          for path in logs.glob("*.log")}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="console", daemon=True)
         self._thread.start()
@@ -182,6 +196,8 @@ class _Supervisor:
         self._follows: set[str] = set()  # vital nodes whose restart is part of another's
         self._replay_port = 0
         self._stopping = False
+        # Set by a second Ctrl-C while stopping: a learner still computing is not waited for.
+        self.hurry = threading.Event()
 
     def start_all(self) -> None:
         for node in self._program.nodes:
@@ -343,6 +359,10 @@ class _Supervisor:
                     process.terminate()
             last = i == len(groups) - 1
             _join_all(members, deadline if last else deadline - _LAST_GROUP_S)
+            learners = [p for p in members if p.name in self._learner_names()]
+            if not last and any(p.exitcode is None for p in learners):
+                waited = self._wait_for_busy_learners(learners)
+                deadline = max(deadline, time.monotonic() + _LAST_GROUP_S) if waited else deadline
             exited_s.update({p.name: time.monotonic() - start for p in members
                              if p.exitcode is not None and p.name not in exited_s})
         _join_all(list(self.processes.values()), deadline)
@@ -358,6 +378,53 @@ class _Supervisor:
                   file=self._stream, flush=True)
 
 
+    def _learner_names(self) -> set[str]:
+        return {node.name for node in self._program.group("learner")}
+
+    def _wait_for_busy_learners(self, learners: list[multiprocessing.process.BaseProcess]
+                                ) -> bool:
+        """Waits while a learner that has not exited is computing (finishing its step,
+        saving its last checkpoint), up to `_BUSY_LEARNER_S` or a second Ctrl-C; returns
+        whether it waited."""
+        busy = [p for p in learners if p.exitcode is None and _computing(p)]
+        if not busy or self.hurry.is_set():
+            return False
+        print(f"[local_mp] the learner is still computing (its step in flight, then its last "
+              f"checkpoint): waiting for it, up to {_BUSY_LEARNER_S:.0f} s; Ctrl-C again "
+              "stops it now", file=self._stream, flush=True)
+        _join_while_computing(busy, time.monotonic() + _BUSY_LEARNER_S, self.hurry)
+        return True
+
+
+def _computing(process: multiprocessing.process.BaseProcess,
+               look_s: float = _BUSY_LOOK_S) -> bool:
+    """Whether `process` used at least `_BUSY_CPU_SHARE` of a core over the next `look_s`
+    (False once it has exited, or when it cannot be read)."""
+    import psutil
+
+    try:
+        target = psutil.Process(process.pid)
+        before = sum(target.cpu_times()[:2])
+        process.join(look_s)
+        if process.exitcode is not None:
+            return False
+        return sum(target.cpu_times()[:2]) - before >= _BUSY_CPU_SHARE * look_s
+    except psutil.Error:
+        return False
+
+
+def _join_while_computing(processes: list[multiprocessing.process.BaseProcess],
+                          deadline: float, hurry: threading.Event) -> None:
+    """Joins `processes` while each that is left keeps computing (`_computing`), until
+    `deadline` (time.monotonic) or `hurry` is set; what is left then is the caller's."""
+    left = [p for p in processes if p.exitcode is None]
+    while left and not hurry.is_set() and time.monotonic() < deadline:
+        look_s = min(_BUSY_LOOK_S, max(deadline - time.monotonic(), 0.0))
+        if not any(_computing(p, look_s / len(left)) for p in left):
+            return
+        left = [p for p in left if p.exitcode is None]
+
+
 def _join_all(processes: list[multiprocessing.process.BaseProcess], deadline: float) -> None:
     """Joins `processes` until they have all exited or `deadline` (time.monotonic) passed."""
     for process in processes:
@@ -367,9 +434,11 @@ def _join_all(processes: list[multiprocessing.process.BaseProcess], deadline: fl
 def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunResult:
     """Runs `experiment` as one process per node until its budget, target or time limit.
 
-    Ctrl-C stops the program gracefully (within 10 s) and re-raises KeyboardInterrupt; so
-    do SIGINT and SIGTERM sent to this process alone (not to its nodes), even when it was
-    started with SIGINT ignored (`nohup ... &`). Further signals while it stops are ignored.
+    Ctrl-C stops the program gracefully (within 10 s, or while a learner still computes
+    its step and last save, up to 5 minutes) and re-raises KeyboardInterrupt; so do SIGINT
+    and SIGTERM sent to this process alone (not to its nodes), even when it was started
+    with SIGINT ignored (`nohup ... &`). A further signal while it stops only ends the wait
+    for a computing learner.
     Raises ValueError before anything starts when the logdir's checkpoints and
     `experiment.resume` disagree. Checkpoints are the nodes' business: the learner node
     saves and restores the learner and the counts, the replay node the replay.
@@ -412,8 +481,8 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
         if handles_signals:
             # Runs first: a second Ctrl-C or SIGTERM must not cut the stopping short,
             # which would leave nodes running (and the interpreter's exit waiting for
-            # them without a timeout).
-            cleanup.callback(_set_handlers, _ignore_signal)
+            # them without a timeout); it only stops the wait for a computing learner.
+            cleanup.callback(_set_handlers, lambda *_: supervisor.hurry.set())
         supervisor.start_all()
         supervisor.wait_for(("control",))
         result = limit_remote_program(
@@ -443,10 +512,6 @@ def _set_handlers(handlers: Any) -> dict[int, Any]:
 
 def _raise_keyboard_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
-
-
-def _ignore_signal(signum, frame) -> None:
-    """While the program stops: it is stopping already, within a bound."""
 
 
 def _with_logdir(experiment: Experiment, logdir: str) -> Experiment:
