@@ -439,12 +439,17 @@ def with_final_checkpoint(experiment: Experiment, result: RunResult) -> RunResul
         read_final_record,
     )
 
-    saved = bool(read_final_record(experiment.logdir).get("saved"))
+    record = read_final_record(experiment.logdir)
+    saved = bool(record.get("saved"))
     info = latest_checkpoint_info(learner_directory(experiment.logdir))
     newest = None
     if info is not None:
         newest = info.path + ("" if info.step is None else f" (learner step {info.step:,})")
-    return dataclasses.replace(result, final_checkpoint_saved=saved, newest_checkpoint=newest)
+    # The result's counts are the limiter's last reading, taken as the stop began; a
+    # learner that finished its step in flight after it saved a later step.
+    learner_steps = max(result.learner_steps, int(record.get("step") or 0) if saved else 0)
+    return dataclasses.replace(result, final_checkpoint_saved=saved, newest_checkpoint=newest,
+                               learner_steps=learner_steps)
 
 
 def _rates_lines(rates: dict[str, float]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import os
 import socket
 import subprocess
@@ -52,6 +53,10 @@ def test_inprocess_run_acts_learns_and_logs(tmp_path, inference, envs_per_runner
     assert int(rows[-1]["env_steps"]) >= 3_000
     assert (tmp_path / "learner.csv").exists()
     assert "logs: " + str(tmp_path) in result.summary()
+    # The summary counts the learner's steps up to its last save, not to the last progress
+    # reading (the learner steps on until it is stopped).
+    final = json.loads((tmp_path / "checkpoints" / "learner" / "final.json").read_text())
+    assert final["saved"] and result.learner_steps == final["step"]
     # The progress rows carry the learner's feature health once it has stepped. The
     # learner counts a step before it logs the step's row, so a row polled between the
     # two reads NaN: allowed only before the first logged figure, never after it.

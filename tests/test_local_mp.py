@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import itertools
 import json
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -19,13 +17,7 @@ from pathlib import Path
 import pytest
 
 from builders.vtrace import VTraceBuilder
-from launch.backends.local_mp import (
-    NodeFailedError,
-    _computing,
-    _join_while_computing,
-    _Supervisor,
-    run_local_mp,
-)
+from launch.backends.local_mp import NodeFailedError, _Supervisor, run_local_mp
 from launch.experiment import Experiment
 from launch.program import Node, Program
 from seed_agents.agents.vtrace.config import VTraceConfig
@@ -149,46 +141,6 @@ def test_ctrl_c_stops_every_node_within_ten_seconds(tmp_path):
         if process.poll() is None:
             process.kill()
             process.wait()
-
-
-def _eventually(condition, tries: int = 20) -> bool:
-    return any(condition() for _ in range(tries))
-
-
-def test_a_stop_waits_for_a_computing_learner_but_not_for_a_blocked_one():
-    # Real processes standing for a learner: one computing (summing a long range, its
-    # step), one blocked (sleeping, as in a Reverb call), one that never ends.
-    spawn = multiprocessing.get_context("spawn")
-    computing = spawn.Process(target=sum, args=(range(60_000_000),), daemon=True)
-    blocked = spawn.Process(target=time.sleep, args=(300,), daemon=True)
-    endless = spawn.Process(target=sum, args=(itertools.count(),), daemon=True)
-    processes = [computing, blocked, endless]
-    for process in processes:
-        process.start()
-    try:
-        hurry = threading.Event()
-        # Seen as blocked once past its start, and not waited for: it is left running.
-        assert _eventually(lambda: not _computing(blocked))
-        _join_while_computing([blocked], time.monotonic() + 600, hurry)
-        assert blocked.exitcode is None
-        # A computing one is waited for until it ends by itself.
-        _join_while_computing([computing], time.monotonic() + 600, hurry)
-        assert computing.exitcode == 0
-        # One that computes on is waited for up to the deadline, then left to the caller.
-        start = time.monotonic()
-        _join_while_computing([endless], start + 3.0, hurry)
-        assert endless.exitcode is None and time.monotonic() - start >= 3.0
-        # A second Ctrl-C (hurry) ends the wait at once.
-        hurry.set()
-        start = time.monotonic()
-        _join_while_computing([endless], start + 600, hurry)
-        assert endless.exitcode is None and time.monotonic() - start < 60.0
-        assert _eventually(lambda: _computing(endless)) and not _computing(computing)
-    finally:
-        for process in processes:
-            if process.is_alive():
-                process.kill()
-            process.join(10)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

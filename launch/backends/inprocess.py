@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing
+import os
 import signal
 import sys
 import threading
@@ -30,6 +31,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from launch.busy_learner import BUSY_LEARNER_S, computing, wait_while_computing
 from launch.experiment import (
     Experiment,
     RunResult,
@@ -156,7 +158,8 @@ class _Nodes:
 
     def stop_all(self) -> None:
         """Stops the nodes group by group (runners first, the replay last), joining each
-        group's threads (up to 30 s each: daemon threads, never left blocking the exit)."""
+        group's threads (up to 30 s each: daemon threads, never left blocking the exit;
+        a learner still computing then, up to `BUSY_LEARNER_S` more)."""
         for group in _STOP_ORDER:
             members = [node.name for node in self._program.group(group)]
             for name in members:
@@ -168,8 +171,24 @@ class _Nodes:
             for name in members:
                 if name in self._threads:
                     self._threads[name].join(_JOIN_TIMEOUT_S)
+                    if group == "learner":
+                        self._wait_for_busy_learner(self._threads[name])
                 if name in self._processes:
                     _join_or_kill(self._processes[name])
+
+    def _wait_for_busy_learner(self, thread: threading.Thread) -> None:
+        """A learner thread still there after its 30 s: waited for while this process
+        computes (its step in flight, then its last save; `launch.busy_learner`), up to
+        `BUSY_LEARNER_S`; the runners are stopped by now, so the CPU is the learner's.
+        A second Ctrl-C ends the wait (KeyboardInterrupt: the threads are daemons)."""
+        pid = os.getpid()
+        if not (thread.is_alive() and computing(pid, thread.join, thread.is_alive)):
+            return
+        print(f"the learner is still computing (its step in flight, then its last "
+              f"checkpoint): waiting for it, up to {BUSY_LEARNER_S:.0f} s; Ctrl-C again "
+              "stops it now", file=self._stream, flush=True)
+        wait_while_computing(pid, thread.join, thread.is_alive,
+                             time.monotonic() + BUSY_LEARNER_S)
 
 
 def _join_or_kill(process: multiprocessing.process.BaseProcess) -> None:

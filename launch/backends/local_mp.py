@@ -40,6 +40,7 @@ import traceback
 from pathlib import Path
 from typing import Any, TextIO
 
+from launch.busy_learner import BUSY_LEARNER_S, computing, wait_while_computing
 from launch.experiment import (
     Experiment,
     RunResult,
@@ -66,11 +67,6 @@ _LAST_GROUP_S = 2.0  # of _STOP_TIMEOUT_S, kept for the last group to stop (the 
 _MAX_BACKOFF_S = 30.0
 _SLOW_STOP_S = 5.0  # a stop slower than this names each node's time in the console
 _ORPHAN_GRACE_S = 60.0  # a stopping learner may still save a checkpoint on a busy machine
-_BUSY_LEARNER_S = 300.0  # the longest a stop waits for a learner that is still computing
-# A process that used at least this share of one core over the last look is computing (a
-# step, a save); one blocked in a Reverb or gRPC call uses next to none.
-_BUSY_CPU_SHARE = 0.2
-_BUSY_LOOK_S = 1.0
 _STOP_ORDER = ("runner", "evaluator", "learner", "replay")
 
 
@@ -377,52 +373,26 @@ class _Supervisor:
                                             else "killed") for name in self.processes),
                   file=self._stream, flush=True)
 
-
     def _learner_names(self) -> set[str]:
         return {node.name for node in self._program.group("learner")}
 
     def _wait_for_busy_learners(self, learners: list[multiprocessing.process.BaseProcess]
                                 ) -> bool:
         """Waits while a learner that has not exited is computing (finishing its step,
-        saving its last checkpoint), up to `_BUSY_LEARNER_S` or a second Ctrl-C; returns
-        whether it waited."""
-        busy = [p for p in learners if p.exitcode is None and _computing(p)]
+        saving its last checkpoint; `launch.busy_learner`), up to `BUSY_LEARNER_S` or a
+        second Ctrl-C; returns whether it waited."""
+        busy = [p for p in learners if p.exitcode is None
+                and computing(p.pid, p.join, lambda p=p: p.exitcode is None)]
         if not busy or self.hurry.is_set():
             return False
         print(f"[local_mp] the learner is still computing (its step in flight, then its last "
-              f"checkpoint): waiting for it, up to {_BUSY_LEARNER_S:.0f} s; Ctrl-C again "
+              f"checkpoint): waiting for it, up to {BUSY_LEARNER_S:.0f} s; Ctrl-C again "
               "stops it now", file=self._stream, flush=True)
-        _join_while_computing(busy, time.monotonic() + _BUSY_LEARNER_S, self.hurry)
+        deadline = time.monotonic() + BUSY_LEARNER_S
+        for process in busy:
+            wait_while_computing(process.pid, process.join, lambda p=process: p.exitcode is None,
+                                 deadline, self.hurry)
         return True
-
-
-def _computing(process: multiprocessing.process.BaseProcess,
-               look_s: float = _BUSY_LOOK_S) -> bool:
-    """Whether `process` used at least `_BUSY_CPU_SHARE` of a core over the next `look_s`
-    (False once it has exited, or when it cannot be read)."""
-    import psutil
-
-    try:
-        target = psutil.Process(process.pid)
-        before = sum(target.cpu_times()[:2])
-        process.join(look_s)
-        if process.exitcode is not None:
-            return False
-        return sum(target.cpu_times()[:2]) - before >= _BUSY_CPU_SHARE * look_s
-    except psutil.Error:
-        return False
-
-
-def _join_while_computing(processes: list[multiprocessing.process.BaseProcess],
-                          deadline: float, hurry: threading.Event) -> None:
-    """Joins `processes` while each that is left keeps computing (`_computing`), until
-    `deadline` (time.monotonic) or `hurry` is set; what is left then is the caller's."""
-    left = [p for p in processes if p.exitcode is None]
-    while left and not hurry.is_set() and time.monotonic() < deadline:
-        look_s = min(_BUSY_LOOK_S, max(deadline - time.monotonic(), 0.0))
-        if not any(_computing(p, look_s / len(left)) for p in left):
-            return
-        left = [p for p in left if p.exitcode is None]
 
 
 def _join_all(processes: list[multiprocessing.process.BaseProcess], deadline: float) -> None:
