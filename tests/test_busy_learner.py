@@ -1,4 +1,4 @@
-"""`launch.busy_learner`: a stop tells a computing learner from a blocked one, for real
+"""`launch.backends.busy_learner`: a stop tells a computing learner from a blocked one, for real
 (spawned processes standing for a learner)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import multiprocessing
 import threading
 import time
 
-from launch.busy_learner import computing, wait_while_computing
+from launch.backends.busy_learner import computing, wait_while_computing
 
 
 def _eventually(condition, tries: int = 20) -> bool:

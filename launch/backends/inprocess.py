@@ -31,7 +31,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from launch.busy_learner import BUSY_LEARNER_S, computing, wait_while_computing
+from launch.backends.busy_learner import BUSY_LEARNER_S, computing, wait_while_computing
 from launch.experiment import (
     Experiment,
     RunResult,
@@ -178,7 +178,7 @@ class _Nodes:
 
     def _wait_for_busy_learner(self, thread: threading.Thread) -> None:
         """A learner thread still there after its 30 s: waited for while this process
-        computes (its step in flight, then its last save; `launch.busy_learner`), up to
+        computes (its step in flight, then its last save; `launch.backends.busy_learner`), up to
         `BUSY_LEARNER_S`; the runners are stopped by now, so the CPU is the learner's.
         A second Ctrl-C ends the wait (KeyboardInterrupt: the threads are daemons)."""
         pid = os.getpid()

@@ -40,7 +40,7 @@ import traceback
 from pathlib import Path
 from typing import Any, TextIO
 
-from launch.busy_learner import BUSY_LEARNER_S, computing, wait_while_computing
+from launch.backends.busy_learner import BUSY_LEARNER_S, computing, wait_while_computing
 from launch.experiment import (
     Experiment,
     RunResult,
@@ -379,7 +379,7 @@ class _Supervisor:
     def _wait_for_busy_learners(self, learners: list[multiprocessing.process.BaseProcess]
                                 ) -> bool:
         """Waits while a learner that has not exited is computing (finishing its step,
-        saving its last checkpoint; `launch.busy_learner`), up to `BUSY_LEARNER_S` or a
+        saving its last checkpoint; `launch.backends.busy_learner`), up to `BUSY_LEARNER_S` or a
         second Ctrl-C; returns whether it waited."""
         busy = [p for p in learners if p.exitcode is None
                 and computing(p.pid, p.join, lambda p=p: p.exitcode is None)]
