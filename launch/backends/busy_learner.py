@@ -20,11 +20,12 @@ import psutil
 BUSY_LEARNER_S = 300.0
 # A process that used at least this share of one core over a look is computing.
 _BUSY_CPU_SHARE = 0.2
-_LOOK_S = 1.0
+#: How long one look at a process's CPU time takes (a join for that long).
+LOOK_S = 1.0
 
 
 def computing(pid: int, wait: Callable[[float], None], alive: Callable[[], bool],
-              look_s: float = _LOOK_S) -> bool:
+              look_s: float = LOOK_S) -> bool:
     """Whether process `pid` used at least a fifth of a core over the next `look_s`,
     spent in `wait(look_s)` (a join); False once `alive()` is False or `pid` is gone."""
     try:
@@ -44,5 +45,5 @@ def wait_while_computing(pid: int, wait: Callable[[float], None], alive: Callabl
     until `deadline` (time.monotonic) or `hurry` is set; what is left is the caller's."""
     while alive() and not (hurry is not None and hurry.is_set()):
         left_s = deadline - time.monotonic()
-        if left_s <= 0 or not computing(pid, wait, alive, min(_LOOK_S, left_s)):
+        if left_s <= 0 or not computing(pid, wait, alive, min(LOOK_S, left_s)):
             return

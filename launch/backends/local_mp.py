@@ -40,7 +40,12 @@ import traceback
 from pathlib import Path
 from typing import Any, TextIO
 
-from launch.backends.busy_learner import BUSY_LEARNER_S, computing, wait_while_computing
+from launch.backends.busy_learner import (
+    BUSY_LEARNER_S,
+    LOOK_S,
+    computing,
+    wait_while_computing,
+)
 from launch.experiment import (
     Experiment,
     RunResult,
@@ -354,9 +359,12 @@ class _Supervisor:
                 if process.exitcode is None:
                     process.terminate()
             last = i == len(groups) - 1
-            _join_all(members, deadline if last else deadline - _LAST_GROUP_S)
             learners = [p for p in members if p.name in self._learner_names()]
-            if not last and any(p.exitcode is None for p in learners):
+            # The look at whether a learner still computes takes the last second of the
+            # learner's share, never the replay's.
+            look_s = LOOK_S if learners and not last else 0.0
+            _join_all(members, deadline if last else deadline - _LAST_GROUP_S - look_s)
+            if look_s and any(p.exitcode is None for p in learners):
                 waited = self._wait_for_busy_learners(learners)
                 deadline = max(deadline, time.monotonic() + _LAST_GROUP_S) if waited else deadline
             exited_s.update({p.name: time.monotonic() - start for p in members
