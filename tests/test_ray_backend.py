@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import shutil
@@ -33,16 +34,22 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from builders.vtrace import VTraceBuilder  # noqa: E402
+from launch.backends.busy_learner import BUSY_LEARNER_S, WAITING  # noqa: E402
 from launch.backends.ray import (  # noqa: E402
+    _MAX_CONCURRENCY,
     NAMESPACE,
+    NodeActor,
     _start_local_ray,
     _worker_niceness,
     run_ray,
+    stop_in_order,
 )
 from launch.commands import cli  # noqa: E402
 from launch.control import ControlClient  # noqa: E402
 from launch.experiment import Experiment  # noqa: E402
+from launch.program import Node  # noqa: E402
 from seed_agents.agents.vtrace.config import VTraceConfig  # noqa: E402
+from tests import stopping_nodes  # noqa: E402
 from tests.example_runs import EXAMPLES, check_example  # noqa: E402
 from tests.leaks import files_holding  # noqa: E402
 from tests.test_own_environments import check_own_environments  # noqa: E402
@@ -483,3 +490,65 @@ def test_r2d2_trains_on_ray(tmp_path, shared_ray):
 
 if __name__ == "__main__":
     _cluster_driver(*sys.argv[1:])
+
+
+def _stand_in(name: str, group: str, main, **kwargs) -> Any:
+    """A `NodeActor` on the shared Ray running one of `tests.stopping_nodes`' mains."""
+    node = Node(name=name, group=group, main=main, kwargs=kwargs, num_cpus=0.5)
+    return ray.remote(NodeActor).options(max_concurrency=_MAX_CONCURRENCY).remote(node, {}, None)
+
+
+def test_a_stop_waits_for_a_computing_learner_but_not_a_blocked_one(tmp_path, shared_ray):
+    """The learner's share of the 10-s stop runs out while it computes: its actor looks
+    at its own CPU time and the driver waits, then the replay gets its seconds. A blocked
+    learner is left to the kill, and Ctrl-C again ends the wait for a computing one."""
+    # Computing 12 s past its stop: the old stop killed it at 10 s, before its save.
+    learner = _stand_in("learner", "learner", stopping_nodes.computes_after_its_stop,
+                        compute_s=12.0, marker=str(tmp_path / "saved"))
+    replay = _stand_in("replay", "replay", stopping_nodes.stops_at_once,
+                       marker=str(tmp_path / "replay"))
+    blocked = _stand_in("blocked", "learner", stopping_nodes.blocks_after_its_stop,
+                        block_s=600.0, marker=str(tmp_path / "returned"))
+    endless = _stand_in("endless", "learner", stopping_nodes.computes_after_its_stop,
+                        compute_s=600.0, marker=str(tmp_path / "endless"))
+    actors = [learner, replay, blocked, endless]
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        ray.get([actor.info.remote() for actor in actors], timeout=120)  # all started
+        said = io.StringIO()
+        stop_in_order([("learner", [learner]), ("replay", [replay])], said)
+        assert (tmp_path / "saved").exists() and (tmp_path / "replay").exists()
+        assert WAITING in said.getvalue()
+
+        said = io.StringIO()
+        start = time.monotonic()
+        stop_in_order([("learner", [blocked]), ("replay", [replay])], said)
+        assert not (tmp_path / "returned").exists() and WAITING not in said.getvalue()
+        assert ray.get(blocked.info.remote(), timeout=60)["alive"]
+        assert time.monotonic() - start < BUSY_LEARNER_S
+
+        # Ctrl-C once the wait is announced: the stop ends without the learner's save.
+        said = io.StringIO()
+
+        def interrupt_when_waiting() -> None:
+            for _ in range(600):
+                if WAITING in said.getvalue():
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+                time.sleep(0.1)
+
+        interrupter = threading.Thread(target=interrupt_when_waiting)
+        interrupter.start()
+        start = time.monotonic()
+        stop_in_order([("learner", [endless]), ("replay", [replay])], said)
+        interrupter.join()
+        assert WAITING in said.getvalue() and not (tmp_path / "endless").exists()
+        assert time.monotonic() - start < BUSY_LEARNER_S
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        pids = []
+        for actor in actors:
+            with contextlib.suppress(Exception):
+                pids.append(ray.get(actor.info.remote(), timeout=60)["pid"])
+            ray.kill(actor, no_restart=True)
+    _assert_gone(pids)

@@ -22,6 +22,9 @@ BUSY_LEARNER_S = 300.0
 _BUSY_CPU_SHARE = 0.2
 #: How long one look at a process's CPU time takes (a join for that long).
 LOOK_S = 1.0
+#: What every backend says when it waits (prefixed with its name where it has one).
+WAITING = ("the learner is still computing (its step in flight, then its last checkpoint): "
+           f"waiting for it, up to {BUSY_LEARNER_S:.0f} s; Ctrl-C again stops it now")
 
 
 def computing(pid: int, wait: Callable[[float], None], alive: Callable[[], bool],

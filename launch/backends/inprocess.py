@@ -31,7 +31,12 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from launch.backends.busy_learner import BUSY_LEARNER_S, computing, wait_while_computing
+from launch.backends.busy_learner import (
+    BUSY_LEARNER_S,
+    WAITING,
+    computing,
+    wait_while_computing,
+)
 from launch.experiment import (
     Experiment,
     RunResult,
@@ -184,9 +189,7 @@ class _Nodes:
         pid = os.getpid()
         if not (thread.is_alive() and computing(pid, thread.join, thread.is_alive)):
             return
-        print(f"the learner is still computing (its step in flight, then its last "
-              f"checkpoint): waiting for it, up to {BUSY_LEARNER_S:.0f} s; Ctrl-C again "
-              "stops it now", file=self._stream, flush=True)
+        print(WAITING, file=self._stream, flush=True)
         wait_while_computing(pid, thread.join, thread.is_alive,
                              time.monotonic() + BUSY_LEARNER_S)
 

@@ -43,6 +43,7 @@ from typing import Any, TextIO
 from launch.backends.busy_learner import (
     BUSY_LEARNER_S,
     LOOK_S,
+    WAITING,
     computing,
     wait_while_computing,
 )
@@ -393,9 +394,7 @@ class _Supervisor:
                 and computing(p.pid, p.join, lambda p=p: p.exitcode is None)]
         if not busy or self.hurry.is_set():
             return False
-        print(f"[local_mp] the learner is still computing (its step in flight, then its last "
-              f"checkpoint): waiting for it, up to {BUSY_LEARNER_S:.0f} s; Ctrl-C again "
-              "stops it now", file=self._stream, flush=True)
+        print(f"[local_mp] {WAITING}", file=self._stream, flush=True)
         deadline = time.monotonic() + BUSY_LEARNER_S
         for process in busy:
             wait_while_computing(process.pid, process.join, lambda p=process: p.exitcode is None,

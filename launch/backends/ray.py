@@ -33,7 +33,11 @@ limiter and the same `RunResult`; what changes is who places and restarts the no
   last error. The checkpoints must be where the new nodes run: a logdir on storage
   every machine mounts (one machine's disk is lost with it).
 - Stopping (budget reached, Ctrl-C, an error): runners, evaluator, learner, then replay
-  are asked to stop (10 s in all), then every actor is killed without restart.
+  are asked to stop (10 s in all, the last 2 s kept for the replay), then every actor is
+  killed without restart. As with `local_mp`, a learner still computing when its share
+  runs out (its step in flight, then its last checkpoint: a minute's work for a large
+  network on a slow CPU) is waited for, up to `BUSY_LEARNER_S`; the look at its process's
+  CPU time is made by its own actor, on its own machine. Ctrl-C again ends the wait.
 - Logs: each node writes its CSV files to `experiment.logdir`, made absolute; on a
   cluster each machine writes its own copy there (the directory must be writable on
   every machine). Ray forwards the nodes' console output to the driver, prefixed with the
@@ -70,6 +74,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from launch.backends.busy_learner import (
+    BUSY_LEARNER_S,
+    LOOK_S,
+    WAITING,
+    computing,
+    wait_while_computing,
+)
 from launch.backends.local_mp import NodeFailedError
 from launch.experiment import (
     Experiment,
@@ -92,12 +103,14 @@ from seed_agents.utils import storage
 
 NAMESPACE = "seed-agents"
 _STOP_TIMEOUT_S = 10.0
+_LAST_GROUP_S = 2.0  # of _STOP_TIMEOUT_S, kept for the last group to stop (the replay)
 _HEALTH_EVERY_S = 0.5
 _CRASH_EXIT_DELAY_S = 1.0
 _STOP_ORDER = ("runner", "evaluator", "learner", "replay")
 _MAX_BACKOFF_S = 30.0
-# stop/info/published must answer while the node's main blocks in its own thread.
-_MAX_CONCURRENCY = 4
+# stop/info/published must answer while the node's main blocks in its own thread, and a
+# stopping learner's computing/finish/hurry while its stop call is still in flight.
+_MAX_CONCURRENCY = 6
 
 
 class NodeActor:
@@ -118,6 +131,7 @@ class NodeActor:
         self._published: dict[str, str] = {}
         self._error: str | None = None
         self._stop = threading.Event()
+        self._hurry = threading.Event()  # ends `finish` early: Ctrl-C again at the driver
         context = NodeContext(
             name=node.name,
             handles=handles,
@@ -161,6 +175,23 @@ class NodeActor:
         self._stop.set()
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
+
+    def computing(self, look_s: float = LOOK_S) -> bool:
+        """Whether main still runs and this process used a fifth of a core or more over
+        the next `look_s` (a stopping learner finishing its step or last save, not one
+        blocked in a call to a peer that is gone)."""
+        return computing(os.getpid(), self._thread.join, self._thread.is_alive, look_s)
+
+    def finish(self, wait_s: float) -> bool:
+        """Waits while main runs and this process keeps computing, up to `wait_s` or
+        until `hurry`; whether main returned."""
+        wait_while_computing(os.getpid(), self._thread.join, self._thread.is_alive,
+                             time.monotonic() + wait_s, self._hurry)
+        return not self._thread.is_alive()
+
+    def hurry(self) -> None:
+        """Ends a `finish` in progress (its caller stops the node some other way)."""
+        self._hurry.set()
 
     def info(self) -> dict[str, Any]:
         """pid, node_ip, alive (main still running) and error (main's traceback, or None)."""
@@ -382,23 +413,83 @@ class _Actors:
         storage.write_text(storage.join(self._run_dir, "nodes.json"), json.dumps(nodes, indent=1))
 
     def stop_all(self) -> None:
-        """Stops groups in order within 10 s in all, then kills every actor (no restart)."""
+        """Stops groups in order (`stop_in_order`), then kills every actor (no restart)."""
         import ray
 
-        deadline = time.monotonic() + _STOP_TIMEOUT_S
-        for group in _STOP_ORDER:
-            handles = [self.handles[n.name] for n in self._program.group(group)
-                       if n.name in self.handles]
-            if not handles:
-                continue
-            remaining = max(deadline - time.monotonic(), 0.0)
-            refs = [handle.stop.remote(remaining) for handle in handles]
-            # A dead or restarting actor answers with an error or not at all: both are fine,
-            # the kill below ends it either way.
-            ray.wait(refs, num_returns=len(refs), timeout=remaining)
+        groups = [(group, [self.handles[n.name] for n in self._program.group(group)
+                           if n.name in self.handles]) for group in _STOP_ORDER]
+        stop_in_order([(group, handles) for group, handles in groups if handles],
+                      self._stream)
         for handle in self.handles.values():
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
+
+
+def stop_in_order(groups: list[tuple[str, list[Any]]], stream: TextIO) -> None:
+    """Asks each group's `NodeActor`s to stop, group after group, within `_STOP_TIMEOUT_S`
+    in all; returns when they stopped or their time is up (the caller kills what is left).
+
+    Every group but the last may use the time up to `_LAST_GROUP_S` before the deadline,
+    so the replay keeps its seconds after a learner that does not stop. A learner whose
+    main still runs when its share is up is asked whether it computes, and if so waited
+    for (`_wait_for_busy_learners`); the replay then gets its `_LAST_GROUP_S` afresh.
+    """
+    import ray
+
+    deadline = time.monotonic() + _STOP_TIMEOUT_S
+    for i, (group, handles) in enumerate(groups):
+        last = i == len(groups) - 1
+        learners = group == "learner" and not last
+        # The look at whether a learner computes takes the last second of its own share.
+        share_end = deadline if last else deadline - _LAST_GROUP_S - (LOOK_S if learners else 0)
+        remaining = max(share_end - time.monotonic(), 0.0)
+        refs = [handle.stop.remote(remaining) for handle in handles]
+        # A dead or restarting actor answers with an error or not at all: both are fine,
+        # the caller's kill ends it either way.
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=remaining)
+        if not learners:
+            continue
+        running = [handle for handle, ref in zip(handles, refs, strict=True)
+                   if ref not in ready or _answer(ref) is False]
+        if running and _wait_for_busy_learners(running, stream):
+            deadline = max(deadline, time.monotonic() + _LAST_GROUP_S)
+
+
+def _answer(ref: Any) -> Any:
+    """A ready call's value, or None where the actor failed (dead, restarting)."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayError:
+        return None
+
+
+def _wait_for_busy_learners(handles: list[Any], stream: TextIO) -> bool:
+    """Waits while the learners of `handles` that compute go on computing, up to
+    `BUSY_LEARNER_S`; Ctrl-C ends the wait (their actors are told to `hurry`, and the
+    KeyboardInterrupt is not raised: the stop goes on). Returns whether it waited."""
+    import ray
+
+    looks = [handle.computing.remote(LOOK_S) for handle in handles]
+    ready, _ = ray.wait(looks, num_returns=len(looks), timeout=LOOK_S + 5.0)
+    busy = [handle for handle, look in zip(handles, looks, strict=True)
+            if look in ready and _answer(look) is True]
+    if not busy:
+        return False
+    finishing = [handle.finish.remote(BUSY_LEARNER_S) for handle in busy]
+    end = time.monotonic() + BUSY_LEARNER_S + 5.0
+    try:
+        print(f"[ray] {WAITING}", file=stream, flush=True)  # a Ctrl-C from here on ends it
+        # Short waits: a Ctrl-C is raised between them.
+        while time.monotonic() < end and len(ray.wait(
+                finishing, num_returns=len(finishing), timeout=0.5)[0]) < len(finishing):
+            pass
+    except KeyboardInterrupt:
+        for handle in busy:
+            handle.hurry.remote()
+        ray.wait(finishing, num_returns=len(finishing), timeout=LOOK_S + 5.0)
+    return True
 
 
 def _first_line(error: BaseException) -> str:
