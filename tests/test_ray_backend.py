@@ -529,9 +529,11 @@ def test_a_stop_waits_for_a_computing_learner_but_not_a_blocked_one(tmp_path, sh
 
         # Ctrl-C once the wait is announced: the stop ends without the learner's save.
         said = io.StringIO()
+        stopped = threading.Event()
 
         def interrupt_when_waiting() -> None:
-            for _ in range(600):
+            # Waits for the message, however long a loaded machine takes to print it.
+            while not stopped.is_set():
                 if WAITING in said.getvalue():
                     os.kill(os.getpid(), signal.SIGINT)
                     return
@@ -540,8 +542,11 @@ def test_a_stop_waits_for_a_computing_learner_but_not_a_blocked_one(tmp_path, sh
         interrupter = threading.Thread(target=interrupt_when_waiting)
         interrupter.start()
         start = time.monotonic()
-        stop_in_order([("learner", [endless]), ("replay", [replay])], said)
-        interrupter.join()
+        try:
+            stop_in_order([("learner", [endless]), ("replay", [replay])], said)
+        finally:
+            stopped.set()
+            interrupter.join()
         assert WAITING in said.getvalue() and not (tmp_path / "endless").exists()
         assert time.monotonic() - start < BUSY_LEARNER_S
     finally:
