@@ -449,14 +449,9 @@ def measure_inference_limit(policy, batch: int, warmup_s: float,
             "idle_cores": cpu.idle_cores()}
 
 
-def measure_learner_limit(config, spec, policy, warmup_s: float,
-                          duration_s: float) -> dict[str, float]:
-    """Env steps/s the V-trace learner alone can consume: its train step on one batch of
-    random unrolls, over and over, with this process's TF threads (as in training).
-
-    Counted as `batch_size * unroll_length` env steps per learner step (each unroll's
-    extra bootstrap row is work, not new experience).
-    """
+def random_unroll_learner(config, spec, policy):
+    """A V-trace learner whose dataset gives one batch of random unrolls (uint8 frames,
+    zeros elsewhere) forever: its train step's cost without a replay or runners."""
     import collections
 
     import tensorflow as tf
@@ -479,7 +474,18 @@ def measure_learner_limit(config, spec, policy, warmup_s: float,
     sample = collections.namedtuple("Sample", "data")(tree.map_structure(random_field,
                                                                          signature))
     dataset = tf.data.Dataset.from_tensors(sample).repeat()
-    learner = VTraceLearner(VTraceBuilder(config).make_networks(spec), dataset, config)
+    return VTraceLearner(VTraceBuilder(config).make_networks(spec), dataset, config)
+
+
+def measure_learner_limit(config, spec, policy, warmup_s: float,
+                          duration_s: float) -> dict[str, float]:
+    """Env steps/s the V-trace learner alone can consume: its train step on one batch of
+    random unrolls, over and over, with this process's TF threads (as in training).
+
+    Counted as `batch_size * unroll_length` env steps per learner step (each unroll's
+    extra bootstrap row is work, not new experience).
+    """
+    learner = random_unroll_learner(config, spec, policy)
     learner.step()  # Traces.
     start = time.monotonic() + warmup_s
     end = start + duration_s

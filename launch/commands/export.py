@@ -97,6 +97,7 @@ def export_policy(run: RestoredRun, out: str | os.PathLike[str], seed: int = 0,
     import tree
 
     from seed_agents.policies.inputs import step_signature
+    from seed_agents.utils.graph_functions import graph_function
 
     out = os.fspath(out)
     _check_out(out)
@@ -117,15 +118,15 @@ def export_policy(run: RestoredRun, out: str | os.PathLike[str], seed: int = 0,
     module = tf.Module()
     module.carried = [*greedy_objects, *sample_objects]  # tracked: saved with the model
     signature = [observation, prev_action, state]
-    module.greedy_step = tf.function(greedy_step, input_signature=signature)
-    module.sample_step = tf.function(sample_step, input_signature=signature)
+    module.greedy_step = graph_function(greedy_step, input_signature=signature)
+    module.sample_step = graph_function(sample_step, input_signature=signature)
     to_environment = None
     if rescaled is not None:
         to_environment = _rescaling(rescaled)
-        module.to_environment_action = tf.function(
+        module.to_environment_action = graph_function(
             to_environment, input_signature=[tf.TensorSpec(prev_action.shape, tf.float32)])
 
-    @tf.function(input_signature=[tf.TensorSpec([], tf.int32, name="batch_size")])
+    @graph_function(input_signature=[tf.TensorSpec([], tf.int32, name="batch_size")])
     def initial_state(batch_size):
         return tree.map_structure(
             lambda s: tf.zeros(tf.concat([[batch_size], s.shape[1:]], 0), s.dtype), state)
@@ -138,7 +139,7 @@ def export_policy(run: RestoredRun, out: str | os.PathLike[str], seed: int = 0,
     signatures = {"greedy": _serving(greedy_step, state, named, to_environment),
                   "sample": _serving(sample_step, state, named, to_environment)}
     if flat_state:
-        signatures["initial_state"] = tf.function(
+        signatures["initial_state"] = graph_function(
             lambda batch_size: {f"state_{i}": t for i, t in
                                 enumerate(tree.flatten(initial_state(batch_size)))},
             input_signature=[tf.TensorSpec([], tf.int32, name="batch_size")])
@@ -186,10 +187,11 @@ def _rescaling(spec: Any) -> Any:
 def _serving(step: Any, state: Any, named: list[Any], to_environment: Any = None) -> Any:
     """`step` as a signature function of flat named tensors, returning a flat dict (with
     `environment_action` beside `action` where the environment's bounds differ)."""
-    import tensorflow as tf
     import tree
 
-    @tf.function(input_signature=named)
+    from seed_agents.utils.graph_functions import graph_function
+
+    @graph_function(input_signature=named)
     def serve(observation, prev_action, *flat_state):
         action, extras, next_state = step(observation, prev_action,
                                           tree.unflatten_as(state, list(flat_state)))

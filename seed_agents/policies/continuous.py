@@ -24,6 +24,7 @@ from seed_agents.policies.inputs import (
     to_numpy,
 )
 from seed_agents.specs import EnvironmentSpec
+from seed_agents.utils.graph_functions import graph_function
 
 
 class ContinuousPolicy(Policy):
@@ -44,7 +45,7 @@ class ContinuousPolicy(Policy):
         self.extras_spec: dict[str, Any] = {}
         self.state_spec = ()
         signature = step_signature(env_spec, self.state_spec, tf.TensorSpec((None,), tf.bool))
-        self._step = tf.function(self._tf_step, input_signature=signature)
+        self._step = graph_function(self._tf_step, input_signature=signature)
 
     @abc.abstractmethod
     def _act(self, observation: tf.Tensor, deterministic: tf.Tensor) -> tf.Tensor:

@@ -23,6 +23,7 @@ from seed_agents.policies.inputs import (
     to_numpy,
 )
 from seed_agents.specs import EnvironmentSpec
+from seed_agents.utils.graph_functions import graph_function
 
 Epsilon = float | Callable[[int], float]
 """A fixed epsilon, or a function of the run's env steps (e.g. `LinearSchedule`)."""
@@ -64,7 +65,7 @@ class EpsilonGreedyPolicy(Policy):
         self.extras_spec: dict[str, Any] = {}
         self.state_spec = ()
         signature = step_signature(env_spec, self.state_spec, tf.TensorSpec((None,), tf.bool))
-        self._step = tf.function(self._tf_step, input_signature=signature)
+        self._step = graph_function(self._tf_step, input_signature=signature)
 
     @property
     def epsilon(self) -> float:

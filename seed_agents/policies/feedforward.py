@@ -16,6 +16,7 @@ import tensorflow as tf
 from seed_agents.core import Policy
 from seed_agents.policies.inputs import random_generator, step_signature, to_numpy
 from seed_agents.specs import EnvironmentSpec
+from seed_agents.utils.graph_functions import graph_function
 
 
 class FeedForwardPolicy(Policy):
@@ -28,7 +29,7 @@ class FeedForwardPolicy(Policy):
         self._action_dtype = tf.as_dtype(env_spec.actions.dtype)
         self.extras_spec: dict[str, Any] = {}
         self.state_spec = ()
-        self._step = tf.function(self._tf_step, input_signature=step_signature(env_spec, ()))
+        self._step = graph_function(self._tf_step, input_signature=step_signature(env_spec, ()))
 
     @abc.abstractmethod
     def _act(self, observation: tf.Tensor) -> tf.Tensor:

@@ -21,6 +21,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from seed_agents.utils.graph_functions import graph_function
+
 
 def float_operations(fn: Callable[..., Any], input_specs: Sequence[tf.TensorSpec]) -> int:
     """FLOPs of one call of `fn` at `input_specs` (static shapes), gradients included where
@@ -34,7 +36,7 @@ def float_operations(fn: Callable[..., Any], input_specs: Sequence[tf.TensorSpec
     for spec in input_specs:
         if not spec.shape.is_fully_defined():
             raise ValueError(f"float_operations needs static shapes, got {spec}.")
-    concrete = tf.function(fn).get_concrete_function(*input_specs)
+    concrete = graph_function(fn).get_concrete_function(*input_specs)
     frozen = convert_variables_to_constants_v2(concrete)
     from tensorflow.python.util import deprecation
 
@@ -57,7 +59,7 @@ def matmul_gflops(dtype: tf.DType = tf.float32, size: int = 2048,
     b = tf.cast(tf.random.stateless_uniform([size, size], seed=[2, 3]), dtype)
     # One element back: the product is computed whole (no graph rewrite slices a matmul),
     # and copying it out would add time that is not arithmetic.
-    product = tf.function(lambda x, y: tf.matmul(x, y)[-1, -1])
+    product = graph_function(lambda x, y: tf.matmul(x, y)[-1, -1])
     product(a, b).numpy()  # Traces, and oneDNN picks its kernel.
     calls, start = 0, time.perf_counter()
     while (elapsed := time.perf_counter() - start) < duration_s or calls == 0:

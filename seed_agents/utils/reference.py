@@ -62,6 +62,8 @@ def _nature_cnn_forward():
     """
     import tensorflow as tf
 
+    from seed_agents.utils.graph_functions import graph_function
+
     layers = [
         tf.keras.layers.Conv2D(32, 8, strides=4, activation="relu",
                                kernel_initializer="he_uniform"),
@@ -79,7 +81,7 @@ def _nature_cnn_forward():
             x = layer(x)
         return x
 
-    return tf.function(forward)
+    return graph_function(forward)
 
 
 def measure_nature_cnn(seconds: float = 1.0, batch: int = 64) -> float:

@@ -14,6 +14,7 @@ from seed_agents.learning.transitions import TransitionLearner
 from seed_agents.losses.offline import gaussian_log_likelihood
 from seed_agents.replay import transitions as tr
 from seed_agents.utils.counting import Counter
+from seed_agents.utils.graph_functions import graph_function
 from seed_agents.utils.loggers import Logger
 
 
@@ -30,7 +31,7 @@ class BCLearner(TransitionLearner):
         self._config = config
         self._optimizer = built(tf.keras.optimizers.Adam(config.learning_rate),
                                 network.trainable_variables)
-        self._train_step = tf.function(self._update)
+        self._train_step = graph_function(self._update)
 
     def _train(self, data: Any) -> dict[str, tf.Tensor]:
         return self._train_step(data)

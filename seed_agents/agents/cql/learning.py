@@ -15,6 +15,7 @@ from seed_agents.losses.q_learning import double_q_targets
 from seed_agents.networks.target_updates import update_target
 from seed_agents.replay import transitions as tr
 from seed_agents.utils.counting import Counter
+from seed_agents.utils.graph_functions import graph_function
 from seed_agents.utils.loggers import Logger
 
 
@@ -37,7 +38,7 @@ class CQLLearner(TransitionLearner):
         self._optimizer = built(tf.keras.optimizers.Adam(config.learning_rate),
                                 networks.q.trainable_variables)
         self._huber = tf.keras.losses.Huber(config.huber_delta, reduction="none")
-        self._train_step = tf.function(self._update)
+        self._train_step = graph_function(self._update)
 
     def _train(self, data: Any) -> dict[str, tf.Tensor]:
         return self._train_step(data)
@@ -56,8 +57,15 @@ class CQLLearner(TransitionLearner):
             loss = td_loss + c.cql_alpha * gap
         norm = minimize(tape, loss, nets.q.trainable_variables, self._optimizer,
                         c.max_gradient_norm)
-        if (self._num_steps + 1) % c.target_update_period == 0:
+
+        def copy_to_target() -> tf.Tensor:
             update_target(nets.target_q.variables, nets.q.variables)
+            return tf.constant(True)
+
+        # After the step that completes each period (the shell counts this one after
+        # `_train`), as DQN's example does.
+        tf.cond(tf.equal((self._num_steps + 1) % c.target_update_period, 0),
+                copy_to_target, lambda: tf.constant(False))
         return {"loss": loss, "td_loss": td_loss, "cql_gap": gap,
                 "mean_q": tf.reduce_mean(q_data), "gradient_norm": norm}
 

@@ -16,6 +16,7 @@ from seed_agents.networks.target_updates import update_target
 from seed_agents.replay import transitions as tr
 from seed_agents.replay.stats import SamplesPerInsert
 from seed_agents.utils.counting import Counter
+from seed_agents.utils.graph_functions import graph_function
 from seed_agents.utils.loggers import Logger
 
 
@@ -47,7 +48,7 @@ class D4PGLearner(TransitionLearner):
                                       networks.actor_variables)
         self._critic_optimizer = built(tf.keras.optimizers.Adam(config.learning_rate),
                                        networks.critic_variables)
-        self._train_step = tf.function(self._update)
+        self._train_step = graph_function(self._update)
 
     def _train(self, data: Any) -> dict[str, tf.Tensor]:
         return self._train_step(data)

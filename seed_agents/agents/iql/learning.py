@@ -20,6 +20,7 @@ from seed_agents.losses.offline import (
 from seed_agents.networks.actor_critic import follow
 from seed_agents.replay import transitions as tr
 from seed_agents.utils.counting import Counter
+from seed_agents.utils.graph_functions import graph_function
 from seed_agents.utils.loggers import Logger
 
 
@@ -42,7 +43,7 @@ class IQLLearner(TransitionLearner):
         self._value_optimizer = built(tf.keras.optimizers.Adam(lr), networks.value_variables)
         self._actor_optimizer = built(tf.keras.optimizers.Adam(lr), networks.actor.weights)
         self._critic_optimizer = built(tf.keras.optimizers.Adam(lr), networks.critics.weights)
-        self._train_step = tf.function(self._update)
+        self._train_step = graph_function(self._update)
 
     def _train(self, data: Any) -> dict[str, tf.Tensor]:
         return self._train_step(data)

@@ -17,6 +17,7 @@ from seed_agents.policies.inputs import (
     zero_state,
 )
 from seed_agents.specs import EnvironmentSpec
+from seed_agents.utils.graph_functions import graph_function
 
 
 def apex_epsilons(num_envs: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
@@ -74,7 +75,7 @@ class R2D2Policy(Policy):
         self.extras_spec = {"q_values": specs.Array((network.num_actions,), np.float32)}
         self.state_spec = network.state_spec
         signature = step_signature(env_spec, self.state_spec, tf.TensorSpec((None,), tf.float32))
-        self._step = tf.function(self._tf_step, input_signature=signature)
+        self._step = graph_function(self._tf_step, input_signature=signature)
 
     @property
     def epsilons(self) -> np.ndarray:

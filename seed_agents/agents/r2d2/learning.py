@@ -18,6 +18,7 @@ from seed_agents.losses.q_learning import n_step_double_q_targets
 from seed_agents.networks.target_updates import update_target
 from seed_agents.replay import unrolls
 from seed_agents.utils.counting import Counter
+from seed_agents.utils.graph_functions import graph_function
 from seed_agents.utils.loggers import Logger, NoOpLogger
 
 _FIRST, _LAST = 0, 2
@@ -71,8 +72,8 @@ class R2D2Learner(core.Learner):
         ), network.trainable_variables)
         self._step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="learner_step")
         self._samples_per_step = config.batch_size * config.trace_length
-        self._train = tf.function(self._train_step)
-        self._update_target = tf.function(self._copy_to_target)
+        self._train = graph_function(self._train_step)
+        self._update_target = graph_function(self._copy_to_target)
 
     @property
     def network(self) -> RecurrentQNetwork:

@@ -23,6 +23,7 @@ from seed_agents.policies.inputs import random_generator
 from seed_agents.replay import transitions as tr
 from seed_agents.replay.stats import SamplesPerInsert
 from seed_agents.utils.counting import Counter
+from seed_agents.utils.graph_functions import graph_function
 from seed_agents.utils.loggers import Logger
 
 
@@ -50,7 +51,7 @@ class TD3Learner(TransitionLearner):
                                        networks.critics.weights)
         self._rng = random_generator(seed)
         self._actor_loss = tf.Variable(float("nan"), trainable=False, name="actor_loss")
-        self._train_step = tf.function(self._update)
+        self._train_step = graph_function(self._update)
 
     def _train(self, data: Any) -> dict[str, tf.Tensor]:
         return self._train_step(data)

@@ -17,6 +17,7 @@ from seed_agents.policies.inputs import (
     zero_state,
 )
 from seed_agents.specs import EnvironmentSpec
+from seed_agents.utils.graph_functions import graph_function
 
 POLICY_VERSION = "policy_version"
 """The extras key of the network version each action was taken with."""
@@ -47,7 +48,7 @@ class VTracePolicy(Policy):
                             POLICY_VERSION: specs.Array((), np.int64)}
         self.state_spec = network.state_spec
         signature = step_signature(env_spec, self.state_spec)
-        self._step = tf.function(self._tf_step, input_signature=signature)
+        self._step = graph_function(self._tf_step, input_signature=signature)
 
     def _tf_step(self, observation, prev_action, state):
         (logits, _), next_state = self._network(observation, prev_action, state)
