@@ -14,12 +14,14 @@ Python `bool` is not allowed in graph execution"), which is the error a step tha
 graph control flow should get: write it with `tf.cond` or `tf.where`.
 
 `inline=False` is for a function that a traced step calls many times, such as the V-trace
-learner's gradient step, called once per minibatch and epoch. By default TensorFlow inlines
-every call, so the graph holds a copy of the step per call, each traced and optimized in
-turn: `atari_ppo_large`'s 32 gradient steps (8 minibatches, 4 epochs) took ~70 s to trace
-and optimize before the first of them ran on the AVX2 EPYC. Left as one function, called 32
-times, it is traced and optimized once (~4 s); each step ran as fast as the inlined ones
-(21.5 s per learner step both ways; 12.4 ms per step of the CartPole config).
+learner's gradient step, called once per minibatch and epoch. Called as a Python method,
+the step's body is traced into the graph once per call; as a `tf.function` it is traced
+once, but TensorFlow's optimizer inlines every call by default and optimizes each copy.
+`atari_ppo_large`'s 32 gradient steps (8 minibatches, 4 epochs), traced per call, took
+~70 s to trace and optimize before the first of them ran on the AVX2 EPYC. Left as one
+function called 32 times it is traced and optimized once (~4 s); each step ran as fast as
+the inlined ones (21.5 s per learner step both ways; 12.4 ms per step of the CartPole
+config). `benchmarks/learner_start.py` measures it.
 """
 
 from __future__ import annotations
