@@ -34,6 +34,7 @@ from seed_agents.learning import UnrollLearner, built, minimize, time_major
 from seed_agents.losses import masked_mean
 from seed_agents.replay import make_dataset, queue_table, unroll_signature
 from seed_agents.replay import unrolls as u
+from seed_agents.utils.graph_functions import graph_function
 
 
 def mlp(sizes, out, input_size):
@@ -61,7 +62,7 @@ class SamplingPolicy(core.Policy):
         self._net = networks.policy
         self.extras_spec = {"logits": specs.Array((num_actions,), np.float32)}
         self.state_spec = ()
-        self._step = tf.function(self._tf_step)
+        self._step = graph_function(self._tf_step)  # tf.function without AutoGraph
 
     def _tf_step(self, observation):
         logits = self._net(observation)
@@ -94,7 +95,7 @@ class ReinforceLearner(UnrollLearner):
         self._variables = (networks.policy.trainable_variables
                            + networks.baseline.trainable_variables)
         self._optimizer = built(tf.keras.optimizers.Adam(learning_rate), self._variables)
-        self._update = tf.function(self._tf_update)
+        self._update = graph_function(self._tf_update)
 
     def _train(self, data):
         return self._update(data)

@@ -36,6 +36,7 @@ from seed_agents.losses import double_q_targets, huber_td_loss
 from seed_agents.networks import QNetwork, update_target
 from seed_agents.policies import EpsilonGreedyPolicy, LinearSchedule
 from seed_agents.replay import transitions as tr
+from seed_agents.utils.graph_functions import graph_function
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +93,7 @@ class DQNLearner(TransitionLearner):
         self._config = config
         self._optimizer = built(tf.keras.optimizers.Adam(config.learning_rate),
                                 networks.q.trainable_variables)
-        self._update = tf.function(self._tf_update)
+        self._update = graph_function(self._tf_update)  # tf.function without AutoGraph
 
     def _train(self, data):
         return self._update(data)
@@ -108,8 +109,14 @@ class DQNLearner(TransitionLearner):
             loss = huber_td_loss(q_taken, targets, c.huber_delta)
         norm = minimize(tape, loss, nets.q.trainable_variables, self._optimizer,
                         c.max_gradient_norm)
-        if (self._num_steps + 1) % c.target_update_period == 0:
+
+        def copy_to_target():
             update_target(nets.target_q.variables, nets.q.variables)
+            return tf.constant(True)
+
+        # A condition on a tensor is a tf.cond (no AutoGraph to rewrite a Python `if`).
+        tf.cond(tf.equal((self._num_steps + 1) % c.target_update_period, 0),
+                copy_to_target, lambda: tf.constant(False))
         return {"loss": loss, "mean_q": tf.reduce_mean(q_taken), "gradient_norm": norm}
 
     def checkpoint_objects(self):
