@@ -288,6 +288,15 @@ def json_round(value: float | None, digits: int = 0) -> float | int | None:
     return round(value) if digits == 0 else round(value, digits)
 
 
+def add_config_arguments(parser, default_preset: str = "atari_ppo_large") -> None:
+    """`--preset` and `--set`, as the one-process learner benchmarks take them; read back
+    with `training_config(args.preset, args.overrides)`."""
+    parser.add_argument("--preset", default=default_preset,
+                        help="the V-trace preset (seed_agents.agents.vtrace.presets)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        help="V-trace config field, e.g. batch_size=16")
+
+
 def training_config(preset: str, overrides: list[str]):
     """The V-trace config every phase uses: the preset (`atari_cpu`, the one
     examples/atari_pong.py trains with, or `atari_ppo`, learn_pong.py's), then the user's

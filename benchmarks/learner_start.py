@@ -100,11 +100,10 @@ def _start_s(times: dict[str, float]) -> dict[str, float]:
 
 
 def main() -> None:
+    from atari_phases import add_config_arguments
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="atari_ppo_large",
-                        help="the V-trace preset (seed_agents.agents.vtrace.presets)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        help="V-trace config field, e.g. batch_size=16")
+    add_config_arguments(parser)
     parser.add_argument("--env", default="atari:Pong")
     parser.add_argument("--batch", type=int, default=64,
                         help="the policy's batch (learn_pong.py: 2 runners x 32)")

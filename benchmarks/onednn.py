@@ -75,11 +75,10 @@ def _measure(args: argparse.Namespace, onednn: str) -> dict[str, float]:
 
 
 def main() -> None:
+    from atari_phases import add_config_arguments
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="atari_ppo_large",
-                        help="the V-trace preset (seed_agents.agents.vtrace.presets)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        help="V-trace config field, e.g. batch_size=16")
+    add_config_arguments(parser)
     # A learner step of atari_ppo_large takes 20-60 s on 2 AVX2 cores: a window of
     # several steps, timed from the first step begun in it to the last one finished.
     parser.add_argument("--duration", type=float, default=120.0,
