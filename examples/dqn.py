@@ -115,8 +115,8 @@ class DQNLearner(TransitionLearner):
             return tf.constant(True)
 
         # A condition on a tensor is a tf.cond (no AutoGraph to rewrite a Python `if`).
-        tf.cond(tf.equal((self._num_steps + 1) % c.target_update_period, 0),
-                copy_to_target, lambda: tf.constant(False))
+        tf.cond(self.completes(c.target_update_period), copy_to_target,
+                lambda: tf.constant(False))
         return {"loss": loss, "mean_q": tf.reduce_mean(q_taken), "gradient_norm": norm}
 
     def checkpoint_objects(self):

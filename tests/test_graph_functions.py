@@ -91,4 +91,6 @@ def test_cql_copies_its_target_network_after_each_period_of_steps():
         same = all(np.array_equal(a, b) for a, b in zip(
             target, values(networks.q.variables), strict=True))
         assert same == copied, step
+    with pytest.raises(ValueError, match="period"):
+        learner.completes(0)
     learner.close()

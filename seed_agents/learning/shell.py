@@ -72,9 +72,13 @@ class BatchLearner(core.Learner):
     def every(self, period: int) -> tf.Tensor:
         """True on steps 0, period, 2 period, ...: a delayed update's condition inside
         `_train` (TD3's actor and targets with `tf.cond(self.every(2), ...)`)."""
-        if period < 1:
-            raise ValueError(f"period must be >= 1, got {period}.")
-        return tf.equal(self._num_steps % period, 0)
+        return tf.equal(self._num_steps % _checked_period(period), 0)
+
+    def completes(self, period: int) -> tf.Tensor:
+        """True on steps period - 1, 2 period - 1, ...: the step that completes each
+        period, for an update after every `period` steps (DQN's and CQL's target copy
+        with `tf.cond(self.completes(period), ...)`)."""
+        return tf.equal((self._num_steps + 1) % _checked_period(period), 0)
 
     def close(self) -> None:
         self._batches.close()
@@ -93,3 +97,9 @@ class BatchLearner(core.Learner):
 
     def get_variables(self, names: Sequence[str] = ("policy",)) -> list[list[np.ndarray]]:
         return [[v.numpy() for v in self._networks.variables] for _ in names]
+
+
+def _checked_period(period: int) -> int:
+    if period < 1:
+        raise ValueError(f"period must be >= 1, got {period}.")
+    return period

@@ -6,8 +6,9 @@ become graph control flow. Our steps never branch on a tensor in Python: their `
 configs and their loops run a known number of times at trace time, and tensor-dependent
 control flow is written as graph ops (`tf.where`, `tf.scan`, `tf.while_loop`). So the
 rewriting buys nothing and costs most of a learner's start: the V-trace learner's first
-step took 7.1 s with it and 2.9 s without it on a 2-core AVX2 EPYC (the graph and its
-results are the same), paid again at every restart and in every test that starts a learner.
+step (a test-sized CartPole config) took 7.1 s with it and 2.9-4.6 s without it on a
+2-core AVX2 EPYC (the graph and its results are the same), paid again at every restart
+and in every test that starts a learner.
 
 Without AutoGraph a Python `if` on a tensor fails at trace time ("using a `tf.Tensor` as a
 Python `bool` is not allowed in graph execution"), which is the error a step that needs

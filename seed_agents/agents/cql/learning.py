@@ -62,10 +62,9 @@ class CQLLearner(TransitionLearner):
             update_target(nets.target_q.variables, nets.q.variables)
             return tf.constant(True)
 
-        # After the step that completes each period (the shell counts this one after
-        # `_train`), as DQN's example does.
-        tf.cond(tf.equal((self._num_steps + 1) % c.target_update_period, 0),
-                copy_to_target, lambda: tf.constant(False))
+        # After the step that completes each period, as DQN's example does.
+        tf.cond(self.completes(c.target_update_period), copy_to_target,
+                lambda: tf.constant(False))
         return {"loss": loss, "td_loss": td_loss, "cql_gap": gap,
                 "mean_q": tf.reduce_mean(q_data), "gradient_norm": norm}
 
