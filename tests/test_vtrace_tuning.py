@@ -126,6 +126,7 @@ def test_defaults_leave_the_learner_as_it_was():
     ({"num_minibatches": 0}, "num_minibatches"),
     ({"observation_normalization": True, "torso": "nature_cnn"}, "vector observations"),
     ({"observation_clip": 0.0}, "observation_clip"),
+    ({"ppo_proximal": "old"}, "ppo_proximal must be one of"),
 ])
 def test_config_validation_of_the_tuning_fields(options, message):
     with pytest.raises(ValueError, match=message):
@@ -488,16 +489,21 @@ def test_minibatches_partition_the_batch_and_reshuffle_per_seed():
     assert len(orders) > 1
 
 
-def test_all_three_options_train_on_unrolls_served_by_central_inference():
+@pytest.mark.parametrize("options, logged", [
+    ({"value_normalization": "popart"}, {"value_normalization_mean", "value_normalization_std"}),
+    # The proximal logits' own chunked pass, each chunk with its unrolls' LSTM states.
+    ({"ppo_proximal": "batch_start"}, {"step_kl"}),
+])
+def test_the_options_train_an_lstm_on_unrolls_served_by_central_inference(options, logged):
     config = VTraceConfig(unroll_length=5, batch_size=4, queue_size=32, hidden_sizes=(16,),
-                          value_normalization="popart", kl_target=0.01, num_minibatches=2,
-                          sgd_steps_per_batch=1, lstm_size=8)
+                          kl_target=0.01, num_minibatches=2, sgd_steps_per_batch=1,
+                          lstm_size=8, **options)
     with _learner_on_served_unrolls(config, unrolls_per_env=2) as (_, _, _, learner, _):
         metrics = {}
         for _ in range(3):
             metrics = learner.step() or metrics
         assert metrics and all(np.isfinite(v) for v in metrics.values())
-        assert {"kl", "value_normalization_mean", "value_normalization_std"} <= set(metrics)
+        assert {"kl", *logged} <= set(metrics)
 
 
 # ---------------------------------------------------------------------- observation normalization
@@ -615,6 +621,78 @@ def _preset_docstring(module, name: str) -> str:
         if any(getattr(t, "id", None) == name for t in targets):
             return " ".join(following.value.value.split())
     raise AssertionError(f"{name} has no docstring")
+
+
+# ---------------------------------------------------------------------- proximal policy
+
+
+def _acted_by(batch: dict, network: PolicyValueNetwork) -> dict:
+    """`batch` as if `network` had acted it: its behaviour logits are the network's own
+    (no policy lag)."""
+    obs = batch[unrolls.OBSERVATION]
+    (logits, _), _ = network(obs.reshape(-1, obs.shape[-1]),
+                             np.zeros(obs.shape[0] * obs.shape[1], np.int32), ())
+    extras = {**batch[unrolls.EXTRAS],
+              "logits": logits.numpy().reshape(*obs.shape[:2], -1)}
+    return {**batch, unrolls.EXTRAS: extras}
+
+
+def test_without_lag_the_proximal_policy_is_the_behaviour_one(served):
+    """With the batch acted by the learner's own variables, pi_prox = mu: the decoupled
+    objective is APPO's, and both learners take the same steps."""
+    spec, batches = served
+    options = {"ppo_clip": 0.1, "sgd_steps_per_batch": 2, "num_minibatches": 2}
+    start = _network(spec, _config(**options))
+    acted = [_acted_by(batches[0], start)]
+    variables = []
+    for proximal in ("behaviour", "batch_start"):
+        config = _config(ppo_proximal=proximal, **options)
+        network = _network(spec, config, like=start)
+        metrics = _learner(network, acted, config).step()
+        assert metrics["kl"] > 0.0  # the first epoch moved the policy
+        variables.append([v.numpy() for v in network.variables])
+    assert "step_kl" in metrics and metrics["step_kl"] > 0.0
+    for appo, decoupled in zip(*variables, strict=True):
+        np.testing.assert_allclose(decoupled, appo, rtol=1e-4, atol=1e-7)
+
+
+def test_a_lagging_batch_is_clipped_from_the_learners_policy_not_the_stale_one(served):
+    """Far from the policy that acted (a long lag), APPO's ratios pi/mu start outside the
+    clip's band; the batch_start ratios pi/pi_prox start at 1, and the adaptive rate
+    reads this step's own move (0 before its first update) instead of the lag."""
+    spec, batches = served
+    options = {"ppo_clip": 0.1, "kl_target": 1e-5, "learning_rate": 1e-3,
+               "kl_adapt_factor": 2.0}
+    appo_config = _config(**options)
+    far = _far_from_behaviour(spec, appo_config)
+    decoupled_config = _config(ppo_proximal="batch_start", **options)
+    decoupled = _learner(_network(spec, decoupled_config, like=far), batches,
+                         decoupled_config)
+    appo = _learner(far, batches, appo_config)
+    appo_metrics, decoupled_metrics = appo.step(), decoupled.step()
+    assert appo_metrics["clip_fraction"] > 0.5
+    assert decoupled_metrics["clip_fraction"] == 0.0  # one step: its metrics are before it
+    assert decoupled_metrics["step_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert decoupled_metrics["kl"] == pytest.approx(appo_metrics["kl"], rel=1e-4)
+    assert appo_metrics["kl"] > 1e-3
+    assert appo.learning_rate == pytest.approx(5e-4)  # the lag's KL is over the target
+    assert decoupled.learning_rate == pytest.approx(2e-3)  # this step's own move is not
+
+
+def test_the_proximal_logits_are_the_learners_before_its_step(served):
+    """Recorded in minibatch-sized chunks, pi_prox is the network's policy on every
+    transition of the batch, in the batch's order."""
+    spec, batches = served
+    config = _config(ppo_clip=0.1, ppo_proximal="batch_start", num_minibatches=2)
+    network = _network(spec, config)
+    learner = _learner(network, batches, config)
+    batch = tree.map_structure(tf.convert_to_tensor, batches[0])
+    whole = learner._forward(batch).target_logits  # [T, B, A], the whole batch at once
+    chunked = learner._proximal_logits(batch)  # [B, T, A], two chunks
+    np.testing.assert_allclose(chunked.numpy(), np.swapaxes(whole.numpy(), 0, 1),
+                               rtol=1e-5, atol=1e-6)
+    metrics = learner.step()
+    assert all(np.isfinite(v) for v in metrics.values())
 
 
 # ---------------------------------------------------------------------- feature health

@@ -7,6 +7,9 @@ import dataclasses
 VALUE_NORMALIZATIONS = (None, "running", "popart")
 """The choices of `VTraceConfig.value_normalization`."""
 
+PPO_PROXIMAL_POLICIES = ("behaviour", "batch_start")
+"""The choices of `VTraceConfig.ppo_proximal`: the policy PPO's clip keeps the learner near."""
+
 
 @dataclasses.dataclass(frozen=True)
 class VTraceConfig:
@@ -54,6 +57,17 @@ class VTraceConfig:
       ppo_clip: when set, the policy loss is PPO's clipped surrogate over the ratios
         pi/mu with V-trace advantages (APPO, as in Sample Factory) instead of IMPALA's
         policy gradient; it bounds how far one batch moves the policy.
+      ppo_proximal: the policy PPO's clip is measured from. "behaviour" (APPO as in
+        Sample Factory): ratios pi/mu to the policy that acted, so a batch that waited in
+        the queue while the learner moved on starts partly clipped, and the more the lag,
+        the less of it can still move the policy. "batch_start": the learner's own policy
+        when the batch arrived (pi_prox, one extra forward pass over the batch), the
+        decoupled objective of Hilton et al. 2022 ("Batch size-invariance for policy
+        optimization"): ratios pi/pi_prox, each sample weighed by min(pi_prox/mu,
+        clip_pg_rho_threshold) for the lag, so each learner step may move the policy by
+        the clip whatever the lag; the adaptive learning rate then reads this step's own
+        move, `step_kl` = KL(pi_prox || pi), rather than `kl` from mu. With no lag the two
+        are the same objective.
       sgd_steps_per_batch: gradient steps taken on each sampled batch. Every unroll is
         sampled once from the queue; reusing a batch for a few steps trades a little
         off-policyness (which V-trace corrects) for sample efficiency.
@@ -144,6 +158,7 @@ class VTraceConfig:
     adam_beta2: float = 0.999
     prefetch: int = 1
     ppo_clip: float | None = 0.2
+    ppo_proximal: str = "behaviour"
     sgd_steps_per_batch: int = 4
     normalize_advantages: bool = False
     anneal_steps: int | None = None
@@ -211,6 +226,9 @@ class VTraceConfig:
             raise ValueError(f"hidden_sizes must be positive, got {self.hidden_sizes}.")
         if self.ppo_clip is not None and not 0.0 < self.ppo_clip < 1.0:
             raise ValueError(f"ppo_clip must be in (0, 1), got {self.ppo_clip}.")
+        if self.ppo_proximal not in PPO_PROXIMAL_POLICIES:
+            raise ValueError(f"ppo_proximal must be one of {PPO_PROXIMAL_POLICIES}, got "
+                             f"{self.ppo_proximal!r}.")
         if not 0.0 < self.adam_beta2 < 1.0:
             raise ValueError(f"adam_beta2 must be in (0, 1), got {self.adam_beta2}.")
         if self.sgd_steps_per_batch < 1:

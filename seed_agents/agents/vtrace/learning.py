@@ -26,6 +26,11 @@ _FIRST, _LAST = 0, 2
 # Valid rows of a minibatch: what its masked means are weighed with when the minibatches'
 # metrics are merged. Not logged.
 _VALID_ROWS = "valid_rows"
+# The learner's logits on a batch before the learner step's updates (`ppo_proximal=
+# "batch_start"`), carried beside the batch's own fields so that minibatches cut them alike.
+_PROXIMAL_LOGITS = "proximal_logits"
+# Means over valid rows: merged across minibatches weighed by their valid rows.
+_ROW_WEIGHED = ("kl", "step_kl")
 
 
 class _Forward(NamedTuple):
@@ -94,8 +99,15 @@ class VTraceLearner(core.Learner):
     uninterrupted one would have. The logged metrics are the last epoch's, averaged over
     its minibatches (the KL weighed by valid rows, so it is the whole batch's mean).
 
+    Proximal policy (`ppo_proximal="batch_start"`): before the epochs, one forward pass
+    (in minibatch-sized chunks) records the learner's own logits on the batch, pi_prox;
+    the clip then bounds pi/pi_prox and each sample is weighed by min(pi_prox/mu,
+    `clip_pg_rho_threshold`), and `step_kl` = KL(pi_prox || pi) says how far this step
+    moved the policy, apart from the lag that `kl` also holds.
+
     Adaptive learning rate (`kl_target`): after each step, `adapt_learning_rate` sets the
-    optimizer's learning rate variable from the step's `kl`; that variable is the state
+    optimizer's learning rate variable from the step's `kl` (`step_kl` with a proximal
+    policy: the lag is not this step's move); that variable is the state
     (the Adam optimizer's own, which its checkpoint carries; `checkpoint_objects` also
     names it). The logged `learning_rate` is the one this step's gradients were applied with.
 
@@ -140,6 +152,7 @@ class VTraceLearner(core.Learner):
         # state when kl_target adapts it (with anneal_steps, a function of the step).
         self._learning_rate = self._optimizer.learning_rate
         self._samples_per_step = config.batch_size * config.unroll_length
+        self._decoupled = config.ppo_clip is not None and config.ppo_proximal == "batch_start"
         self._value_normalizer: ValueNormalizer | None = None
         if config.value_normalization is not None:
             self._value_normalizer = ValueNormalizer(config.value_normalization_decay)
@@ -233,10 +246,20 @@ class VTraceLearner(core.Learner):
             advantages = rewards + discounts * vs_next - values[:-1]
         if c.normalize_advantages:
             advantages = losses.normalize(advantages, mask)
+        log_ratios = f.log_rhos  # pi/mu, unless a proximal policy takes mu's place below
+        proximal_logits = f.rows.get(_PROXIMAL_LOGITS)
+        if proximal_logits is not None:
+            proximal_log_probs = _log_prob(proximal_logits, f.actions)
+            log_ratios = _log_prob(f.target_logits, f.actions) - proximal_log_probs
+            # The lag's importance weight pi_prox/mu, truncated as V-trace truncates rho.
+            weights = tf.exp(proximal_log_probs - _log_prob(f.behaviour_logits, f.actions))
+            if c.clip_pg_rho_threshold is not None:
+                weights = tf.minimum(weights, c.clip_pg_rho_threshold)
+            advantages = weights * advantages
         if c.ppo_clip is None:
             pg_loss = losses.policy_gradient_loss(f.target_logits, f.actions, advantages, mask)
         else:
-            pg_loss = losses.clipped_surrogate_loss(f.log_rhos, advantages, c.ppo_clip, mask)
+            pg_loss = losses.clipped_surrogate_loss(log_ratios, advantages, c.ppo_clip, mask)
         if self._value_normalizer is None:
             baseline_loss = losses.baseline_loss(returns.vs, values[:-1], mask)
         else:
@@ -261,7 +284,9 @@ class VTraceLearner(core.Learner):
             _VALID_ROWS: tf.reduce_sum(mask),
         }
         if c.ppo_clip is not None:
-            metrics["clip_fraction"] = losses.clip_fraction(f.log_rhos, c.ppo_clip, mask)
+            metrics["clip_fraction"] = losses.clip_fraction(log_ratios, c.ppo_clip, mask)
+        if proximal_logits is not None:
+            metrics["step_kl"] = losses.kl_divergence(proximal_logits, f.target_logits, mask)
         extras = f.rows[unrolls.EXTRAS]
         if POLICY_VERSION in extras:  # policies of other agents may not stamp versions
             acted = tf.cast(extras[POLICY_VERSION][:-1], tf.float32)
@@ -307,10 +332,16 @@ class VTraceLearner(core.Learner):
         # time: a graph loop (tf.range) ran each MLP step 60% slower (4.4 ms vs 2.75 ms per
         # batch, measured here). Each iteration calls one gradient-step function, traced
         # and optimized once rather than copied per call (graph_functions, inline=False).
+        forward = None
         if self._value_normalizer is not None:
             forward = self._forward(data)
             self._value_normalizer.update(forward.returns.vs, forward.mask,
                                           preserve=self._preserved_head)
+        if self._decoupled:
+            # The statistics' update rescales the value head only: the logits stand.
+            proximal = (_time_major(forward.target_logits) if forward is not None
+                        else self._proximal_logits(data))
+            data = {**data, _PROXIMAL_LOGITS: tf.stop_gradient(proximal)}
         for epoch in range(self._config.sgd_steps_per_batch):
             epoch_metrics = [self._gradient_step(minibatch)
                              for minibatch in self._minibatches(data, epoch)]
@@ -327,6 +358,19 @@ class VTraceLearner(core.Learner):
             metrics["value_normalization_mean"] = self._value_normalizer.mean
             metrics["value_normalization_std"] = self._value_normalizer.std
         return metrics
+
+    def _proximal_logits(self, data: dict[str, Any]) -> tf.Tensor:
+        """The learner's logits on the batch's transitions now, [B, T, A] (batch-major, as
+        the batch): a forward pass in minibatch-sized chunks, whose activations are no
+        larger than a gradient step's."""
+        c = self._config
+        size = c.batch_size // c.num_minibatches
+        chunks = [
+            _time_major(self._forward(tree.map_structure(
+                lambda x, start=start: x[start:start + size], data)).target_logits)
+            for start in range(0, c.batch_size, size)
+        ]
+        return tf.concat(chunks, axis=0)
 
     def _schedule_fraction(self) -> float:
         """How much of the schedule is left: 1 at the start, 0 from `anneal_steps` on (1
@@ -378,8 +422,9 @@ class VTraceLearner(core.Learner):
         metrics.update(schedules)
         c = self._config
         if c.kl_target is not None:
+            kl = metrics["step_kl" if self._decoupled else "kl"]
             self._set_learning_rate(adapt_learning_rate(
-                self.learning_rate, metrics["kl"], c.kl_target, c.kl_adapt_factor,
+                self.learning_rate, kl, c.kl_target, c.kl_adapt_factor,
                 c.min_learning_rate, metrics["learning_rate_cap"]))
         self._num_steps.assign_add(1)
         self._network.version.assign(self._num_steps)
@@ -471,9 +516,10 @@ def minibatch_indices(batch_size: int, num_minibatches: int,
 
 def _merge_minibatch_metrics(per_minibatch: list[dict[str, tf.Tensor]]
                              ) -> dict[str, tf.Tensor]:
-    """The epoch's metrics: each the mean over its minibatches, the KL weighed by valid rows.
+    """The epoch's metrics: each the mean over its minibatches, the KLs weighed by valid
+    rows.
 
-    Weighed, the KL is the mean over every valid row of the batch, which the adaptive
+    Weighed, a KL is the mean over every valid row of the batch, which the adaptive
     learning rate compares with its target; the others are read, not acted on.
     """
     if len(per_minibatch) == 1:
@@ -483,8 +529,11 @@ def _merge_minibatch_metrics(per_minibatch: list[dict[str, tf.Tensor]]
     rows = [m[_VALID_ROWS] for m in per_minibatch]
     metrics = {key: tf.add_n([m[key] for m in per_minibatch]) / len(per_minibatch)
                for key in per_minibatch[0] if key != _VALID_ROWS}
-    metrics["kl"] = (tf.add_n([m["kl"] * n for m, n in zip(per_minibatch, rows, strict=True)])
-                     / tf.maximum(tf.add_n(rows), 1.0))
+    for key in _ROW_WEIGHED:
+        if key in metrics:
+            metrics[key] = (tf.add_n([m[key] * n for m, n in zip(per_minibatch, rows,
+                                                                  strict=True)])
+                            / tf.maximum(tf.add_n(rows), 1.0))
     return metrics
 
 
