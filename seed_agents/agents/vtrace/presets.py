@@ -154,8 +154,10 @@ games at 10M frames give an Atari-5 estimate of 41.7% (seed 1; Rainbow 43.1%, IQ
 NameThisGame 5,684.3, DoubleDunk -14.72, Phoenix 3,874.5, Qbert 2,778.5. The number of
 minibatches was chosen on sticky Pong (seed 6, outside Atari-5): 4 minibatches cost Pong
 pace (-18.8 at 4.59M frames, where `ATARI_PPO` had -15.58 at 3.87M), 8 cost less (-15.55 at
-4.46M). On an AMX CPU the learner has time to spare with these batches (busy ~0.6-0.7 of a
-2-core run), so the runners set the pace (~5,100-5,300 frames/s there). See docs/atari.md
+4.46M). On an AMX CPU the learner had time to spare with these batches (busy ~0.6-0.7 of a
+2-core run), so the runners set the pace (~5,100-5,300 frames/s there); on another AMX
+machine (2026-12-07) the learner was the busy side on Pong (0.98) at the same frames/s,
+and the queue's policy lag was 3-4 learner steps (~0.7 before). See docs/atari.md
 (Atari-5).
 
 The torso keeps its quarter rate under the larger batch: on Venture (seed 1, ~2,200
