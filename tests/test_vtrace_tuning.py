@@ -127,6 +127,7 @@ def test_defaults_leave_the_learner_as_it_was():
     ({"observation_normalization": True, "torso": "nature_cnn"}, "vector observations"),
     ({"observation_clip": 0.0}, "observation_clip"),
     ({"ppo_proximal": "old"}, "ppo_proximal must be one of"),
+    ({"ppo_proximal": "batch_start", "ppo_clip": None}, "set ppo_clip"),
 ])
 def test_config_validation_of_the_tuning_fields(options, message):
     with pytest.raises(ValueError, match=message):

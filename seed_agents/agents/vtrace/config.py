@@ -229,6 +229,9 @@ class VTraceConfig:
         if self.ppo_proximal not in PPO_PROXIMAL_POLICIES:
             raise ValueError(f"ppo_proximal must be one of {PPO_PROXIMAL_POLICIES}, got "
                              f"{self.ppo_proximal!r}.")
+        if self.ppo_proximal != "behaviour" and self.ppo_clip is None:
+            raise ValueError(f"ppo_proximal={self.ppo_proximal!r} measures PPO's clip from "
+                             "another policy, and ppo_clip is None (no clip): set ppo_clip.")
         if not 0.0 < self.adam_beta2 < 1.0:
             raise ValueError(f"adam_beta2 must be in (0, 1), got {self.adam_beta2}.")
         if self.sgd_steps_per_batch < 1:

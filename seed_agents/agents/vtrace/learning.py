@@ -152,7 +152,7 @@ class VTraceLearner(core.Learner):
         # state when kl_target adapts it (with anneal_steps, a function of the step).
         self._learning_rate = self._optimizer.learning_rate
         self._samples_per_step = config.batch_size * config.unroll_length
-        self._decoupled = config.ppo_clip is not None and config.ppo_proximal == "batch_start"
+        self._decoupled = config.ppo_proximal == "batch_start"  # the config checks ppo_clip
         self._value_normalizer: ValueNormalizer | None = None
         if config.value_normalization is not None:
             self._value_normalizer = ValueNormalizer(config.value_normalization_decay)
