@@ -56,6 +56,7 @@ from launch.program import (
 from launch.run_record import write_run_record
 from seed_agents.inference.batcher import BatcherClosedError
 from seed_agents.utils import storage
+from seed_agents.utils.logdir_lock import hold_logdir
 from seed_agents.utils.tf_threads import LEARNER_INTER_OP_THREADS, configure_tf_threads
 
 _JOIN_TIMEOUT_S = 30.0
@@ -235,29 +236,30 @@ def run_inprocess(experiment: Experiment, stream: TextIO | None = None,
     stream = stream or sys.stdout
     tf.random.set_seed(experiment.seed)
     np.random.seed(experiment.seed)
-    if experiment.logdir:
-        storage.makedirs(experiment.logdir)
-        write_run_record(experiment, stream)
-        start_final_checkpoint(experiment)
+    with hold_logdir(experiment.logdir):  # None: nothing to hold
+        if experiment.logdir:
+            storage.makedirs(experiment.logdir)
+            write_run_record(experiment, stream)
+            start_final_checkpoint(experiment)
 
-    nodes = _Nodes(make_program(experiment), experiment, stream)
-    with contextlib.ExitStack() as cleanup:
-        cleanup.callback(nodes.stop_all)
-        nodes.start_all()
-        nodes.wait_for(("control",))  # without an evaluator no node waited for it
-        control = nodes.handle("control")
+        nodes = _Nodes(make_program(experiment), experiment, stream)
+        with contextlib.ExitStack() as cleanup:
+            cleanup.callback(nodes.stop_all)
+            nodes.start_all()
+            nodes.wait_for(("control",))  # without an evaluator no node waited for it
+            control = nodes.handle("control")
 
-        def failure() -> str | None:
-            if stop is not None and stop.is_set():
-                return nodes.failure() or "stopped by the caller"
-            return nodes.failure()
+            def failure() -> str | None:
+                if stop is not None and stop.is_set():
+                    return nodes.failure() or "stopped by the caller"
+                return nodes.failure()
 
-        result = limit_program(experiment, control, experiment.logdir, stream,
-                               failure=failure, wait=nodes.failed.wait, poll_s=0.05)
-    nodes.raise_first_error()
-    # The limiter's last status can be a sampling interval older than the end (a short
-    # run may finish inside one, its learner's steps all unread); the learner closed its
-    # rates on the way out, so their overall figures now cover the whole run.
-    final = control.status()
-    return with_final_checkpoint(experiment, dataclasses.replace(
-        result, rates={key: float(final.get(key, value)) for key, value in result.rates.items()}))
+            result = limit_program(experiment, control, experiment.logdir, stream,
+                                   failure=failure, wait=nodes.failed.wait, poll_s=0.05)
+        nodes.raise_first_error()
+        # The limiter's last status can be a sampling interval older than the end (a short
+        # run may finish inside one, its learner's steps all unread); the learner closed its
+        # rates on the way out, so their overall figures now cover the whole run.
+        final = control.status()
+        rates = {key: float(final.get(key, value)) for key, value in result.rates.items()}
+        return with_final_checkpoint(experiment, dataclasses.replace(result, rates=rates))

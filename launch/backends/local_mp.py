@@ -66,6 +66,7 @@ from launch.program import (
 from launch.run_record import write_run_record
 from seed_agents.utils import storage
 from seed_agents.utils.checkpointing import has_replay_checkpoint, replay_directory
+from seed_agents.utils.logdir_lock import hold_logdir
 
 _STOP_TIMEOUT_S = 10.0
 _KILL_TIMEOUT_S = 5.0
@@ -430,46 +431,47 @@ def run_local_mp(experiment: Experiment, stream: TextIO | None = None) -> RunRes
 
     profile_setting("learner")
     experiment.environment_spec()  # an action spec the agent cannot use fails here, first
-    storage.makedirs(run_dir)
-    write_run_record(experiment, stream)
-    start_final_checkpoint(experiment)
-    program = make_program(experiment)
-    # A node's output goes to a local file (its file descriptors 1 and 2 point there);
-    # for a logdir that is a URL the files are copied to <logdir>/logs as the run ends.
-    logs = (Path(tempfile.mkdtemp(prefix="seed-agents-logs-")) if storage.is_url(run_dir)
-            else Path(run_dir) / "logs")
-    supervisor = _Supervisor(program, run_dir, logs,
-                             max_node_restarts=experiment.max_node_restarts, stream=stream)
-    console = _Console(logs, stream)
-    stop = threading.Event()
-    handles_signals = threading.current_thread() is threading.main_thread()
-    with contextlib.ExitStack() as cleanup:
-        if handles_signals:
-            # SIGINT and SIGTERM (Ctrl-C, a scheduler, `kill`) raise KeyboardInterrupt.
-            # SIGINT too, not left to Python: a process started with SIGINT ignored (a
-            # background job of a script, `nohup ... &`) gets no KeyboardInterrupt from
-            # Python, and would go on training while its nodes, which do stop on SIGINT,
-            # were still running.
-            cleanup.callback(_set_handlers, _set_handlers(_raise_keyboard_interrupt))
-        if storage.is_url(run_dir):
-            cleanup.callback(storage.copy_tree, logs, storage.join(run_dir, "logs"))
-        cleanup.callback(console.close)
-        cleanup.callback(supervisor.stop_all)
-        if handles_signals:
-            # Runs first: a second Ctrl-C or SIGTERM must not cut the stopping short,
-            # which would leave nodes running (and the interpreter's exit waiting for
-            # them without a timeout); it only stops the wait for a computing learner.
-            cleanup.callback(_set_handlers, lambda *_: supervisor.hurry.set())
-        supervisor.start_all()
-        supervisor.wait_for(("control",))
-        result = limit_remote_program(
-            experiment, lambda: supervisor.addresses["control"], run_dir, stream,
-            restarts=lambda: sum(supervisor.restarts.values()),
-            failure=supervisor.check, wait=stop.wait,
-        )
-    if "died" in result.stop_reason:
-        raise NodeFailedError(result.stop_reason)
-    return with_final_checkpoint(experiment, result)
+    with hold_logdir(run_dir):  # held until the last node has stopped
+        storage.makedirs(run_dir)
+        write_run_record(experiment, stream)
+        start_final_checkpoint(experiment)
+        program = make_program(experiment)
+        # A node's output goes to a local file (its file descriptors 1 and 2 point there);
+        # for a logdir that is a URL the files are copied to <logdir>/logs as the run ends.
+        logs = (Path(tempfile.mkdtemp(prefix="seed-agents-logs-")) if storage.is_url(run_dir)
+                else Path(run_dir) / "logs")
+        supervisor = _Supervisor(program, run_dir, logs,
+                                 max_node_restarts=experiment.max_node_restarts, stream=stream)
+        console = _Console(logs, stream)
+        stop = threading.Event()
+        handles_signals = threading.current_thread() is threading.main_thread()
+        with contextlib.ExitStack() as cleanup:
+            if handles_signals:
+                # SIGINT and SIGTERM (Ctrl-C, a scheduler, `kill`) raise KeyboardInterrupt.
+                # SIGINT too, not left to Python: a process started with SIGINT ignored (a
+                # background job of a script, `nohup ... &`) gets no KeyboardInterrupt from
+                # Python, and would go on training while its nodes, which do stop on SIGINT,
+                # were still running.
+                cleanup.callback(_set_handlers, _set_handlers(_raise_keyboard_interrupt))
+            if storage.is_url(run_dir):
+                cleanup.callback(storage.copy_tree, logs, storage.join(run_dir, "logs"))
+            cleanup.callback(console.close)
+            cleanup.callback(supervisor.stop_all)
+            if handles_signals:
+                # Runs first: a second Ctrl-C or SIGTERM must not cut the stopping short,
+                # which would leave nodes running (and the interpreter's exit waiting for
+                # them without a timeout); it only stops the wait for a computing learner.
+                cleanup.callback(_set_handlers, lambda *_: supervisor.hurry.set())
+            supervisor.start_all()
+            supervisor.wait_for(("control",))
+            result = limit_remote_program(
+                experiment, lambda: supervisor.addresses["control"], run_dir, stream,
+                restarts=lambda: sum(supervisor.restarts.values()),
+                failure=supervisor.check, wait=stop.wait,
+            )
+        if "died" in result.stop_reason:
+            raise NodeFailedError(result.stop_reason)
+        return with_final_checkpoint(experiment, result)
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

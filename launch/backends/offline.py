@@ -18,6 +18,7 @@ to spread.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import time
@@ -31,6 +32,7 @@ from launch.nodes import learner_checkpointer, make_learner_logger
 from launch.run_record import write_run_record
 from seed_agents.environment_loop import play_episode
 from seed_agents.utils import storage
+from seed_agents.utils.logdir_lock import hold_logdir
 from seed_agents.utils.tf_threads import LEARNER_INTER_OP_THREADS, configure_tf_threads
 
 EVALUATOR_SEED_OFFSET = 999_983  # the evaluator node's
@@ -106,14 +108,14 @@ def run_offline(experiment: Experiment, stream: TextIO | None = None,
         environment or the agent, an empty, truncated or corrupted one (naming the
         file), or checkpoints that `resume` does not expect.
     """
-    from seed_agents.datasets import load_replay
-
     if not experiment.dataset:
         raise ValueError("run_offline trains from a dataset: set Experiment.dataset.")
     if final_eval_episodes < 0:
         raise ValueError(f"final_eval_episodes must be >= 0, got {final_eval_episodes}.")
     stream = stream or sys.stdout
     experiment.check_checkpoints()
+    from seed_agents.datasets import load_replay
+
     spec = experiment.environment_spec()
     configure_tf_threads(inter_op=LEARNER_INTER_OP_THREADS)
     import tensorflow as tf
@@ -130,8 +132,12 @@ def run_offline(experiment: Experiment, stream: TextIO | None = None,
     environment = experiment.environment if isinstance(experiment.environment, str) else None
     replay = load_replay(experiment.dataset, builder, spec, policy, environment)
     evaluator = learner = logger = learner_logger = trackers = None
+    # Taken once the dataset has passed its checks (a refused dataset leaves no logdir
+    # behind), released once the learner's files are closed.
+    held = contextlib.ExitStack()
     try:
         print(replay.summary(), file=stream, flush=True)
+        held.enter_context(hold_logdir(experiment.logdir))
         if experiment.logdir:
             storage.makedirs(experiment.logdir)
             write_run_record(experiment, stream)
@@ -173,7 +179,10 @@ def run_offline(experiment: Experiment, stream: TextIO | None = None,
                 learner.close()
         finally:
             del learner
-            replay.server.stop()  # also when closing the learner failed
+            try:
+                replay.server.stop()  # also when closing the learner failed
+            finally:
+                held.close()
     wall = clock.elapsed_s()
     result = OfflineResult(replay=replay.summary(), learner_steps=_learner_steps(counter),
                            wall_s=wall, stop_reason=reason, eval_returns=tuple(returns),

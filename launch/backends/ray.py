@@ -100,6 +100,7 @@ from launch.program import (
 )
 from launch.run_record import write_run_record
 from seed_agents.utils import storage
+from seed_agents.utils.logdir_lock import hold_logdir
 
 NAMESPACE = "seed-agents"
 _STOP_TIMEOUT_S = 10.0
@@ -666,21 +667,22 @@ def run_ray(
     experiment.check_checkpoints()
     require_central_inference(experiment)
     experiment.environment_spec()  # an action spec the agent cannot use fails here, first
-    storage.makedirs(run_dir)
-    write_run_record(experiment, stream)
-    start_final_checkpoint(experiment)
-    actors = _Actors(experiment, run_name or os.path.basename(run_dir.rstrip("/")), run_dir,
-                     stream)
-    stop = threading.Event()
-    with contextlib.ExitStack() as cleanup:
-        _connect(cleanup, actors.program, address, node_ip_address, num_cpus)
-        _warn_if_too_small(actors.program, stream)
-        cleanup.callback(actors.stop_all)
-        actors.start_all()
-        result = limit_remote_program(
-            experiment, lambda: actors.addresses["control"], run_dir, stream,
-            restarts=lambda: actors.restarts, failure=actors.check, wait=stop.wait,
-        )
-    if actors.failure:
-        raise NodeFailedError(result.stop_reason)
-    return with_final_checkpoint(experiment, result)
+    with hold_logdir(run_dir):  # held until every actor has stopped
+        storage.makedirs(run_dir)
+        write_run_record(experiment, stream)
+        start_final_checkpoint(experiment)
+        actors = _Actors(experiment, run_name or os.path.basename(run_dir.rstrip("/")), run_dir,
+                         stream)
+        stop = threading.Event()
+        with contextlib.ExitStack() as cleanup:
+            _connect(cleanup, actors.program, address, node_ip_address, num_cpus)
+            _warn_if_too_small(actors.program, stream)
+            cleanup.callback(actors.stop_all)
+            actors.start_all()
+            result = limit_remote_program(
+                experiment, lambda: actors.addresses["control"], run_dir, stream,
+                restarts=lambda: actors.restarts, failure=actors.check, wait=stop.wait,
+            )
+        if actors.failure:
+            raise NodeFailedError(result.stop_reason)
+        return with_final_checkpoint(experiment, result)

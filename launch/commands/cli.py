@@ -42,6 +42,7 @@ from seed_agents.inference.security import (  # noqa: E402
 )
 from seed_agents.utils import storage  # noqa: E402
 from seed_agents.utils.checkpointing import has_learner_checkpoint, learner_directory  # noqa: E402
+from seed_agents.utils.logdir_lock import LogdirInUseError  # noqa: E402
 from seed_agents.utils.overrides import parse_overrides  # noqa: E402
 from seed_agents.utils.trackers import DEFAULT_LOGGERS, LOGGERS  # noqa: E402
 
@@ -388,6 +389,9 @@ def train(args: argparse.Namespace) -> int:
             run = functools.partial(run, address=args.ray_address,
                                     node_ip_address=args.ray_node_ip)
         result = run(experiment)
+    except LogdirInUseError as error:  # another run took the logdir since the check above
+        print(f"seed-agents: error: {error}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("seed-agents: interrupted; every node was stopped.", file=sys.stderr)
         return 130
@@ -413,7 +417,7 @@ def _train_offline(args: argparse.Namespace, experiment: Experiment) -> int:
           flush=True)
     try:
         result = run_offline(experiment)
-    except DatasetError as error:
+    except (DatasetError, LogdirInUseError) as error:
         print(f"seed-agents: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
