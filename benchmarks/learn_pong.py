@@ -65,6 +65,7 @@ from seed_agents.utils.cost import (  # noqa: E402
     process_tree_cpu_s,
     usd,
 )
+from seed_agents.utils.logdir_lock import LogdirInUseError  # noqa: E402
 from seed_agents.utils.overrides import parse_overrides  # noqa: E402
 from seed_agents.utils.reference import machine_report  # noqa: E402
 
@@ -369,6 +370,8 @@ def main() -> None:
             target=target, milestones=milestones, runners=args.runners,
             envs_per_runner=args.envs_per_runner, baseline_games=args.baseline_games,
             usd_per_vcpu_hour=args.usd_per_vcpu_hour)
+    except LogdirInUseError as error:  # a piece still running there: nothing was written
+        raise SystemExit(f"learn_pong: {error}") from None
     except KeyboardInterrupt:
         # The run stopped its processes (local_mp re-raises once they are down): say how
         # to go on rather than print a traceback.
