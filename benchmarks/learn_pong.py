@@ -242,15 +242,26 @@ def replay_figures(config, train_mean_return: float) -> dict:
     }
 
 
-def logged_env_steps(logdir: str) -> int:
-    """The env steps of the last row of the run's train.csv (0 without one): where a
-    resumed piece starts counting its own frames from."""
+def _last_logged(logdir: str, column: str) -> float:
+    """`column` of the last row of the run's train.csv (0 without one)."""
     try:
         with open(os.path.join(logdir, "train.csv"), newline="") as f:
             rows = list(csv.DictReader(f))
-        return int(float(rows[-1]["env_steps"])) if rows else 0
+        return float(rows[-1][column]) if rows else 0.0
     except (OSError, KeyError, ValueError):
-        return 0
+        return 0.0
+
+
+def logged_env_steps(logdir: str) -> int:
+    """The env steps of the last row of the run's train.csv (0 without one): where a
+    resumed piece starts counting its own frames from."""
+    return int(_last_logged(logdir, "env_steps"))
+
+
+def logged_wall_s(logdir: str) -> float:
+    """The run's wall time at the last row of its train.csv (0 without one), all pieces
+    counted: what a resumed piece's `--minutes` is measured against."""
+    return _last_logged(logdir, "wall_s")
 
 
 def piece_cost(logdir: str, cpu_s: float, frames_before: int, frames_after: int,
@@ -338,7 +349,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runners", type=int, default=2)
     parser.add_argument("--envs-per-runner", type=int, default=32)
-    parser.add_argument("--minutes", type=float, default=600.0, help="wall-time limit")
+    parser.add_argument("--minutes", type=float, default=600.0,
+                        help="the run's wall-time limit, all its pieces counted: a --resume "
+                             "piece runs until the run's total reaches it")
     parser.add_argument("--baseline-games", type=int, default=3)
     parser.add_argument("--usd-per-vcpu-hour", type=float, default=USD_PER_VCPU_HOUR,
                         help=f"the price of the cost figures (default: {PRICE_SOURCE})")
@@ -362,6 +375,17 @@ def main() -> None:
     if args.agent != "vtrace":
         bench = f"{bench}_{args.agent}"
     logdir = args.logdir or time.strftime(f"runs/{bench}-%Y%m%d-%H%M%S")
+    if args.resume:
+        # --minutes counts the whole run, so that every piece may repeat one command; a
+        # total already used up would only start the processes to stop them again.
+        spent_min = logged_wall_s(logdir) / 60.0
+        if spent_min >= args.minutes:
+            parser.error(f"the run in {logdir} has run {spent_min:.1f} min, and --minutes "
+                         f"counts all its pieces: pass more than {spent_min:.1f} for "
+                         "another piece.")
+        print(f"learn_pong: the run has run {spent_min:.1f} min; this piece goes on until "
+              f"{args.minutes:g} in all (~{args.minutes - spent_min:.1f} min).",
+              file=sys.stderr)
     try:
         record = measure_game(
             game=args.game, protocol=args.protocol, frames=args.frames, seed=args.seed,

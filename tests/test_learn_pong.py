@@ -106,6 +106,23 @@ def test_learn_pong_refuses_a_preset_the_agent_does_not_have():
     assert "--agent r2d2 has no preset 'atari_ppo'; it has atari, minatar" in out.stderr
 
 
+def test_a_resumed_piece_counts_minutes_over_the_whole_run_and_refuses_a_spent_total(
+        bench, tmp_path):
+    import subprocess
+    import sys
+
+    _write(tmp_path / "train.csv", "env_steps,episodes,wall_s", ["100,1,60.5", "900,7,3000.0"])
+    assert bench.logged_wall_s(str(tmp_path)) == 3000.0
+    assert bench.logged_wall_s(str(tmp_path / "none")) == 0.0
+    # 50 minutes when the run has run 50 already: refused before any process starts.
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "learn_pong.py"),
+                          "--resume", "--logdir", str(tmp_path), "--minutes", "50"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 2
+    assert "has run 50.0 min, and --minutes counts all its pieces" in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.csv"]
+
+
 def test_r2d2_atari_preset_learns_from_stacked_frames_through_central_inference(tmp_path):
     import io
 
