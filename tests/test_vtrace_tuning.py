@@ -596,7 +596,8 @@ def test_each_vtrace_preset_states_its_gradient_steps_per_sample():
         counts[name] = (config.gradient_steps_per_learner_step,
                         config.samples_per_learner_step)
     assert counts == {"atari_ppo": (16, 1024), "atari_ppo_large": (32, 7680),
-                      "atari_cpu": (2, 128), "minatar": (4, 1024)}
+                      "atari_ppo_resnet": (32, 7680), "atari_cpu": (2, 128),
+                      "minatar": (4, 1024)}
     assert "16 gradient steps per 1,024 agent steps" in _preset_docstring(presets, "ATARI_PPO")
     assert "32 gradient steps per 7,680 agent steps" in _preset_docstring(presets,
                                                                           "ATARI_PPO_LARGE")
@@ -609,6 +610,12 @@ def test_each_vtrace_preset_states_its_gradient_steps_per_sample():
     # The large preset is atari_ppo but for the batch: 30 whole unrolls per gradient step.
     assert large.batch_size // large.num_minibatches == 30
     assert dataclasses.replace(large, batch_size=32, queue_size=96, num_minibatches=4) == config
+    # The deep-torso preset is the large one but for its torso: what its docstring says.
+    resnet = parse_overrides(VTraceConfig, presets.ATARI_PPO_RESNET)
+    assert resnet.torso == "impala_resnet"
+    assert dataclasses.replace(resnet, torso="nature_cnn") == large
+    assert "`ATARI_PPO_LARGE` with IMPALA's deep torso" in _preset_docstring(
+        presets, "ATARI_PPO_RESNET")
 
 
 def _preset_docstring(module, name: str) -> str:
