@@ -30,7 +30,9 @@ baseline): 1 at the target (`--target`, Pong's 18 by default), 0 at random play;
 learner's busy fraction (1 - the time it waited for data) and the frames/s stand beside
 it, with what the frames cost: `core_s_per_1m_frames` (CPU of every process of the run,
 all pieces so far) and `usd_per_1m_frames` at `--usd-per-vcpu-hour`. A run stopped by
-`--minutes` before its budget says so in `stop_reason` and `frames`.
+`--minutes` before its budget says so in `stop_reason` and `frames`. The learner's last
+`live_features` and `value_std` and the policy's last `entropy` (`*_last`) say whether the
+network still looks at the screen and how far the policy is from uniform.
 For a game other than Pong, name a `--target` (an anchor's score at the budget) to get a
 ratio.
 
@@ -45,6 +47,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import sys
 import time
@@ -293,23 +296,27 @@ def piece_cost(logdir: str, cpu_s: float, frames_before: int, frames_after: int,
 
 
 def feature_health_summary(logdir: str) -> dict:
-    """The learner's last `live_features` and `value_std` (`learner.csv`), and the lowest
-    `live_features` of the run: a run whose network stopped looking at the screen says so
-    in its JSON line."""
+    """The learner's last `live_features`, `value_std` and `entropy` (`learner.csv`), and
+    the lowest `live_features` of the run: a run whose network stopped looking at the screen,
+    or whose policy is still near uniform at the end, says so in its JSON line."""
     path = os.path.join(logdir, "learner.csv")
-    live, value_std = [], []
+    columns: dict[str, list[float]] = {"live_features": [], "value_std": [], "entropy": []}
     if os.path.exists(path):
         with open(path, newline="") as f:
             for row in csv.DictReader(f):
-                for key, into in (("live_features", live), ("value_std", value_std)):
+                for key, into in columns.items():
                     try:
-                        into.append(float(row[key]))
+                        value = float(row[key])
                     except (KeyError, TypeError, ValueError):
-                        pass
+                        continue
+                    if math.isfinite(value):  # a step that logged no figure writes nan
+                        into.append(value)
+    live, value_std, entropy = columns.values()
     return {
         "live_features_last": round(live[-1], 3) if live else None,
         "live_features_min": round(min(live), 3) if live else None,
         "value_std_last": float(f"{value_std[-1]:.3g}") if value_std else None,
+        "entropy_last": round(entropy[-1], 3) if entropy else None,
     }
 
 

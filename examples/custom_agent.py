@@ -20,6 +20,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+import seed_agents  # noqa: F401 - TF's defaults (seed_agents/__init__.py) before TF's import
+
+# isort: split
 import numpy as np
 import tensorflow as tf
 from dm_env import specs

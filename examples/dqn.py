@@ -23,6 +23,9 @@ import argparse
 import dataclasses
 from typing import ClassVar
 
+import seed_agents  # noqa: F401 - TF's defaults (seed_agents/__init__.py) before TF's import
+
+# isort: split
 import tensorflow as tf
 
 from builders.transitions import TransitionAgentBuilder

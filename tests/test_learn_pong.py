@@ -55,6 +55,20 @@ def test_the_curve_counts_frames_and_reads_milestones_on_100_game_means(bench, t
     assert bench.frames_to(curve, 19.0) is None
 
 
+def test_the_json_line_reads_the_networks_health_and_the_policys_entropy_last(
+        bench, tmp_path):
+    assert bench.feature_health_summary(str(tmp_path)) == {
+        "live_features_last": None, "live_features_min": None, "value_std_last": None,
+        "entropy_last": None}
+    # A row without a figure (nan, empty) is skipped, not read as the run's last or lowest.
+    _write(tmp_path / "learner.csv", "learner_steps,live_features,value_std,entropy",
+           ["1,0.5,0.01,1.79", "2,0.3,0.2,1.7", "3,nan,,nan", "4,0.98,0.40412,1.64444",
+            "5,,,"])
+    assert bench.feature_health_summary(str(tmp_path)) == {
+        "live_features_last": 0.98, "live_features_min": 0.3, "value_std_last": 0.404,
+        "entropy_last": 1.644}
+
+
 def test_the_learner_is_busy_for_the_time_it_did_not_wait_for_data(bench, tmp_path):
     _write(tmp_path / "rates.csv", "env_steps,replay_sample_wait_frac",
            ["100,0.9", "200,0.1", "300,", "400,0.2"])
