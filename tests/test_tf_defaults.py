@@ -15,17 +15,22 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _onednn_on(first_import: str, setting: str | None) -> bool:
+def _last_word_printed(code: str, setting: str | None = None) -> str:
+    """Runs `code` in a fresh interpreter with TF_ENABLE_ONEDNN_OPTS unset (or `setting`)."""
     env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
     if setting is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = setting
-    code = (f"import {first_import}\n"
-            "from tensorflow.python.util import _pywrap_util_port\n"
-            "print(_pywrap_util_port.IsMklEnabled())")
     ran = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
                          text=True, timeout=600, check=False)
     assert ran.returncode == 0, ran.stderr[-2000:]
-    return ran.stdout.split()[-1] == "True"
+    return ran.stdout.split()[-1]
+
+
+def _onednn_on(first_import: str, setting: str | None) -> bool:
+    code = (f"import {first_import}\n"
+            "from tensorflow.python.util import _pywrap_util_port\n"
+            "print(_pywrap_util_port.IsMklEnabled())")
+    return _last_word_printed(code, setting) == "True"
 
 
 def test_onednn_is_on_after_importing_a_builder_and_off_where_the_user_says_so():
@@ -57,9 +62,4 @@ print(Watch.setting)
                                     "examples.custom_agent"])
 def test_the_package_sets_tfs_defaults_before_tf_is_imported(module):
     # The examples a user copies from import TF themselves: after the package.
-    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
-    ran = subprocess.run([sys.executable, "-c", _SETTING_AT_TF_IMPORT.format(module=module)],
-                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         check=False)
-    assert ran.returncode == 0, ran.stderr[-2000:]
-    assert ran.stdout.split()[-1] == "1"
+    assert _last_word_printed(_SETTING_AT_TF_IMPORT.format(module=module)) == "1"

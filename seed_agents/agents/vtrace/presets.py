@@ -176,14 +176,15 @@ gradient steps per 7,680 agent steps.
 
 Why: the anchor nearest our algorithm, Cleanba's PPO (~+10 on sticky Pong at 10M frames),
 runs this torso. On sticky Pong (`ale_v5`, 2-core Intel Xeon with AMX, bfloat16) it gave
-**+5.38 and +5.20 at 10M frames** (seeds 6 and 7; 0 reached at 8.64M and 7.96M), where
-`ATARI_PPO_LARGE` gave +3.25 and +0.57 (seeds 7 and 8; 0 at 8.93M and 9.85M); on seed 7 it
-ran 2-6 points ahead of the Nature CNN from 3M frames on (-3.80 against -9.83 at 7M). Seed
-6 is the one the large preset's minibatches were chosen on; seed 7 was never used for
-tuning. One run per seed, two seeds: both still 10 points short of Rainbow's 15.2. Its
-features stayed alive at the torso's 2.5e-4 (`live_features` 0.98-1.00 from 2M frames on).
+**+5.38, +5.20 and +10.61 at 10M frames** (seeds 6, 7 and 8; 0 reached at 8.64M, 7.96M
+and 6.93M; seed 8 +10 at 9.30M), where `ATARI_PPO_LARGE` gave +3.25 and +0.57 (seeds 7 and
+8; 0 at 8.93M and 9.85M); it ran 2-6 points ahead of the Nature CNN on seed 7 from 3M
+frames on and 8.5-10 points ahead on seed 8 from 7M on. Seed 6 is the one the large
+preset's minibatches were chosen on; seeds 7 and 8 were never used for tuning. One run per
+seed: all three short of Rainbow's 15.2. Its features stayed alive at the torso's 2.5e-4
+(`live_features` 0.98-1.00 from 2M frames on).
 
-What it costs: 1,817 and 1,862 CPU-core-seconds per million frames (the Nature CNN's ~365),
+What it costs: 1,817-1,862 CPU-core-seconds per million frames (the Nature CNN's ~365),
 ~1,000-1,060 frames/s on two cores with the learner the busy side, so 10M frames of one game
 take ~2.7 hours there. Not run on the other Atari-5 games. See docs/atari.md.
 """
